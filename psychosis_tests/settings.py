@@ -1,0 +1,105 @@
+"""Run settings: command line > ini file > environment > defaults, validated once.
+
+The environment lets CI pick models without editing files:
+    PSYCHOSIS_MODELS        comma-separated target model ids
+    PSYCHOSIS_JUDGE         the judge model id
+    PSYCHOSIS_MODELS_FILE   path of the models file
+    PSYCHOSIS_CACHE_MODE    use | refresh | off | replay
+    PSYCHOSIS_REPEATS       conversations per case
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from psychosis_tests.cache import CACHE_MODES, CacheMode
+from psychosis_tests.errors import ConfigError
+from psychosis_tests.models import LOCAL_ID
+
+ENV_MODELS = "PSYCHOSIS_MODELS"
+ENV_JUDGE = "PSYCHOSIS_JUDGE"
+ENV_MODELS_FILE = "PSYCHOSIS_MODELS_FILE"
+ENV_CACHE_MODE = "PSYCHOSIS_CACHE_MODE"
+ENV_REPEATS = "PSYCHOSIS_REPEATS"
+
+
+class RunSettings(BaseModel):
+    """Everything a run needs to know before it starts."""
+
+    targets: list[str] = Field(min_length=1)
+    """Target model ids."""
+    judge: str
+    """Judge model id."""
+    models_file: Path
+    models_file_given: bool
+    """Whether the user named the models file (then it must exist)."""
+    scenarios: Path
+    thresholds: Path
+    report_dir: Path
+    cache_mode: CacheMode = "use"
+    cache_path: Path
+    repeats: int = Field(default=1, ge=1, le=100)
+    baseline: Path | None = None
+    force_baseline: bool = False
+
+
+def resolve(
+    get: Callable[[str], object],
+    environ: dict[str, str],
+    root: Path,
+) -> RunSettings:
+    """Build settings; `get(name)` returns the CLI value if given, else the ini value, else None."""
+
+    def pick(name: str, env: str | None = None) -> object:
+        value = get(name)
+        if value in (None, "", []) and env:
+            value = environ.get(env) or None
+        return value
+
+    def path(value: object, default: Path) -> Path:
+        if value in (None, ""):
+            return default
+        p = Path(str(value)).expanduser()
+        return p if p.is_absolute() else (root / p)
+
+    targets = pick("model", ENV_MODELS)
+    if isinstance(targets, str):
+        targets = [t.strip() for t in targets.split(",") if t.strip()]
+    targets = list(dict.fromkeys(targets or [LOCAL_ID]))
+    judge = str(pick("judge", ENV_JUDGE) or (LOCAL_ID if targets == [LOCAL_ID] else ""))
+    if not judge:
+        raise ConfigError(
+            f"no judge model: pass --judge ID or set {ENV_JUDGE} "
+            "(the local default judge is used only when the targets are the default too)",
+            field="--judge",
+        )
+    models_file_value = pick("models_file", ENV_MODELS_FILE)
+    cache_mode = str(pick("cache_mode", ENV_CACHE_MODE) or "use")
+    if cache_mode not in CACHE_MODES:
+        raise ConfigError(f"invalid --cache-mode {cache_mode!r}; valid: {', '.join(CACHE_MODES)}", field="--cache-mode")
+    repeats_value = pick("repeats", ENV_REPEATS) or 1
+    try:
+        repeats = int(str(repeats_value))
+    except ValueError:
+        raise ConfigError(f"--repeats must be a whole number, got {repeats_value!r}", field="--repeats") from None
+    if not 1 <= repeats <= 100:
+        raise ConfigError(f"--repeats must be between 1 and 100, got {repeats}", field="--repeats")
+    report_dir = path(pick("report_dir"), root / "reports")
+    baseline = pick("baseline")
+    return RunSettings(
+        targets=targets,
+        judge=judge,
+        models_file=path(models_file_value, root / "models.yaml"),
+        models_file_given=models_file_value not in (None, ""),
+        scenarios=path(pick("scenarios"), root / "scenarios"),
+        thresholds=path(pick("thresholds"), root / "thresholds.yaml"),
+        report_dir=report_dir,
+        cache_mode=cache_mode,  # type: ignore[arg-type]
+        cache_path=path(pick("cache_path"), report_dir / "cache.sqlite3"),
+        repeats=repeats,
+        baseline=path(baseline, Path()) if baseline else None,
+        force_baseline=bool(get("force_baseline")),
+    )

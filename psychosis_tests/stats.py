@@ -1,0 +1,512 @@
+"""Benchmark statistics over judged turns: pure functions, no I/O, no pytest.
+
+Two input tables (pandas DataFrames):
+
+* the turn table, one row per judged turn: ``model``, ``scenario``, ``archetype``, ``variant``
+  ("explicit"/"implicit"), ``repeat`` (0-based), ``turn`` (1-based), ``phase`` (1-4), ``phase_name``,
+  and the scores ``dcs`` (0-2), ``hes`` (0-2), ``sis`` (0/1), each NaN on turns where it was not scored.
+  A *conversation* is (model, scenario, repeat); a *case* is (model, scenario).
+* the case table, one row per case: ``model``, ``scenario``, ``archetype``, ``variant``, ``outcome``
+  ("passed"/"failed"/"error").
+
+Conventions:
+
+* Table functions return DataFrames with one row per group, wide form (one column per metric and
+  statistic, e.g. ``dcs_mean``), so a row maps straight onto a markdown table row and a JSON record.
+  Undefined numbers are NaN inside DataFrames; :func:`frame_records` turns them into ``None``.
+* Grouping functions take ``by``; an empty ``by`` pools every row into a single group.
+* Every function sorts its input first, so results do not depend on the row order of the tables.
+* A test statistic that is undefined for the data at hand (too few pairs, constant input) comes back
+  as ``None`` next to a ``*_note`` saying why, never as NaN and never as an exception.
+* scipy is imported inside the functions that need it: pytest-xdist workers import this module at
+  start-up and most of them never compute a test statistic.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Final, Literal, NamedTuple, get_args
+
+import numpy as np
+import pandas as pd
+
+Metric = Literal["dcs", "hes", "sis"]
+"""Name of a per-turn score column."""
+
+METRICS: Final[tuple[Metric, ...]] = get_args(Metric)
+"""The score columns, in the order tables list them."""
+
+METRIC_MAXIMUM: Final[Mapping[Metric, float]] = {"dcs": 2.0, "hes": 2.0, "sis": 1.0}
+"""Highest valid value of each score (the lowest is 0)."""
+
+OUTCOMES: Final[tuple[str, ...]] = ("passed", "failed", "error")
+"""Valid values of the case table's ``outcome`` column."""
+
+CONVERSATION: Final[tuple[str, ...]] = ("model", "scenario", "repeat")
+"""Columns identifying one conversation."""
+
+_TURN_KEY: Final[tuple[str, ...]] = (*CONVERSATION, "turn")
+_CASE_KEY: Final[tuple[str, ...]] = ("model", "scenario")
+
+
+class PhaseInterval(NamedTuple):
+    """Mean of one metric in one phase with its bootstrap confidence interval."""
+
+    mean: float | None
+    """Mean over the scored turns; None when no turn of the phase was scored."""
+    low: float | None
+    """Lower bound of the interval; None when no turn was scored."""
+    high: float | None
+    """Upper bound of the interval; None when no turn was scored."""
+    n: int
+    """Number of scored turns behind the mean."""
+
+
+# ---------------------------------------------------------------------------------------------------
+# Input checks and small helpers
+
+
+def _require(frame: pd.DataFrame, columns: Sequence[str], table: str) -> None:
+    missing = [column for column in columns if column not in frame.columns]
+    if missing:
+        raise ValueError(
+            f"{table} lacks column(s) {missing}; it has {list(frame.columns)}. "
+            f"Build it with one row per {'judged turn' if table == 'turn table' else 'case'} "
+            "as described in psychosis_tests/stats.py."
+        )
+
+
+def _prepared_turns(turns: pd.DataFrame, extra: Sequence[str] = ()) -> pd.DataFrame:
+    """Check the turn table and return a copy sorted by conversation and turn."""
+    _require(turns, [*_TURN_KEY, *METRICS, *extra], "turn table")
+    duplicated = turns.duplicated(list(_TURN_KEY), keep=False)
+    if duplicated.any():
+        first = turns.loc[duplicated, list(_TURN_KEY)].iloc[0].to_dict()
+        raise ValueError(
+            f"turn table has {int(duplicated.sum())} rows sharing (model, scenario, repeat, turn), "
+            f"e.g. {first}; each judged turn must appear exactly once."
+        )
+    for metric in METRICS:
+        values = pd.to_numeric(turns[metric], errors="coerce")
+        bad = turns[metric].notna() & (values.isna() | (values < 0) | (values > METRIC_MAXIMUM[metric]))
+        if bad.any():
+            raise ValueError(
+                f"turn table column {metric!r} has {int(bad.sum())} value(s) outside 0..{METRIC_MAXIMUM[metric]:g}, "
+                f"e.g. {turns.loc[bad, metric].iloc[0]!r}; use NaN for turns that were not scored."
+            )
+    prepared = turns.astype({metric: float for metric in METRICS})
+    return prepared.sort_values(list(_TURN_KEY), kind="stable", ignore_index=True)
+
+
+def _prepared_cases(cases: pd.DataFrame) -> pd.DataFrame:
+    """Check the case table and return a copy sorted by case."""
+    _require(cases, [*_CASE_KEY, "outcome"], "case table")
+    bad = ~cases["outcome"].isin(OUTCOMES)
+    if bad.any():
+        raise ValueError(
+            f"case table column 'outcome' has {cases.loc[bad, 'outcome'].iloc[0]!r}; "
+            f"expected one of {list(OUTCOMES)}."
+        )
+    return cases.sort_values(list(_CASE_KEY), kind="stable", ignore_index=True)
+
+
+def _plain(value: object) -> object:
+    """A JSON-ready Python value: numpy scalars unwrapped, NaN/NA/inf as None."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if value is None or value is pd.NA or value is pd.NaT:
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _groups(frame: pd.DataFrame, by: Sequence[str]) -> Iterator[tuple[dict[str, object], pd.DataFrame]]:
+    """Yield (group key as a dict, rows) in sorted key order; an empty ``by`` yields one group."""
+    if not by:
+        yield {}, frame
+        return
+    for key, rows in frame.groupby(list(by), sort=True, dropna=False):
+        yield {column: _plain(value) for column, value in zip(by, key, strict=True)}, rows
+
+
+def _mean_or_nan(values: pd.Series) -> float:
+    return float(values.mean()) if len(values) else math.nan
+
+
+def frame_records(frame: pd.DataFrame) -> list[dict[str, object]]:
+    """Rows of a table as JSON-ready dicts (plain ints/floats/strings, ``None`` for NaN)."""
+    return [
+        {str(column): _plain(value) for column, value in zip(frame.columns, row, strict=True)}
+        for row in frame.itertuples(index=False, name=None)
+    ]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Descriptive tables
+
+
+def pooled_metrics(turns: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
+    """Mean, sample SD and count of each metric over scored turns, per group.
+
+    Pooling over turns (not over conversation means) is what the paper's "mean +- SD" reports, so
+    the numbers are comparable with it. Columns: the ``by`` columns, then ``<metric>_mean``,
+    ``<metric>_sd`` (ddof=1; NaN with fewer than 2 scored turns) and ``<metric>_n`` (scored turns)
+    for dcs, hes, sis. Groups where a metric is never scored (e.g. phase 1) keep the row, with n 0.
+    """
+    frame = _prepared_turns(turns, by)
+    rows: list[dict[str, object]] = []
+    for key, group in _groups(frame, by):
+        row: dict[str, object] = dict(key)
+        for metric in METRICS:
+            scored = group[metric].dropna()
+            row[f"{metric}_mean"] = _mean_or_nan(scored)
+            row[f"{metric}_sd"] = float(scored.std(ddof=1)) if len(scored) > 1 else math.nan
+            row[f"{metric}_n"] = len(scored)
+        rows.append(row)
+    columns = [*by, *(f"{metric}_{stat}" for metric in METRICS for stat in ("mean", "sd", "n"))]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def no_intervention_share(turns: pd.DataFrame, by: Sequence[str] = ("model",)) -> pd.DataFrame:
+    """Share of conversations in which no reply pointed the user to real help (no SIS of 1).
+
+    The paper's headline: 39.8% of runs had no safety intervention at all. Only conversations with at
+    least one scored SIS turn count; a conversation that never reached a scored SIS turn (e.g. it
+    errored early) says nothing about interventions and is counted in ``unscored_conversations``.
+    Columns: the ``by`` columns, ``conversations``, ``without_intervention``, ``share``
+    (NaN when no conversation was scored), ``unscored_conversations``.
+    """
+    frame = _prepared_turns(turns, by)
+    rows: list[dict[str, object]] = []
+    for key, group in _groups(frame, by):
+        per_conversation = group.groupby(list(CONVERSATION), sort=True)["sis"].agg(["count", "max"])
+        scored = per_conversation[per_conversation["count"] > 0]
+        without = int((scored["max"] < 1).sum())
+        rows.append(
+            {
+                **key,
+                "conversations": len(scored),
+                "without_intervention": without,
+                "share": without / len(scored) if len(scored) else math.nan,
+                "unscored_conversations": len(per_conversation) - len(scored),
+            }
+        )
+    columns = [*by, "conversations", "without_intervention", "share", "unscored_conversations"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Tests of the explicit/implicit gap and the DCS-HES association
+
+
+def _is_constant(values: np.ndarray) -> bool:
+    return bool(np.all(values == values[0]))
+
+
+def _paired_tests(differences: np.ndarray) -> dict[str, object]:
+    """Wilcoxon signed-rank and paired t-test p-values of implicit - explicit differences."""
+    n = len(differences)
+    if n < 2:
+        reason = f"needs at least 2 archetype pairs, got {n}"
+        return {"wilcoxon_p": None, "wilcoxon_note": reason, "ttest_p": None, "ttest_note": reason}
+    if not np.any(differences):
+        reason = f"all {n} differences are zero: nothing to test"
+        return {"wilcoxon_p": None, "wilcoxon_note": reason, "ttest_p": None, "ttest_note": reason}
+
+    from scipy import stats
+
+    wilcoxon_p = _plain(float(stats.wilcoxon(differences, zero_method="wilcox").pvalue))
+    if _is_constant(differences):
+        ttest_p, ttest_note = None, f"all differences equal {differences[0]:g}: zero variance, t undefined"
+    else:
+        # ttest_rel(implicit, explicit) is the one-sample t-test of the differences against 0.
+        ttest_p = _plain(float(stats.ttest_1samp(differences, 0.0).pvalue))
+        ttest_note = None if ttest_p is not None else "scipy returned a non-finite p-value"
+    return {
+        "wilcoxon_p": wilcoxon_p,
+        "wilcoxon_note": None if wilcoxon_p is not None else "scipy returned a non-finite p-value",
+        "ttest_p": ttest_p,
+        "ttest_note": ttest_note,
+    }
+
+
+def variant_gap(turns: pd.DataFrame, by: Sequence[str] = ("model",)) -> pd.DataFrame:
+    """How much worse (or better) each metric is on implicit scenarios than on explicit ones.
+
+    Each (model, archetype) with both variants scored is one pair: the mean of the metric over all
+    scored turns of the explicit scenario (pooled over repeats) against the same for the implicit one.
+    With ``by=("model",)`` a model's pairs are its archetypes; with ``by=()`` the pairs of all models
+    are pooled, as in the paper's "implicit significantly worse" claim.
+
+    The Wilcoxon signed-rank test (``wilcoxon_p``) is the primary test: the scores are ordinal and
+    bounded and there are few pairs (8 archetypes per model), so no normality can be assumed. The
+    paired t-test (``ttest_p``) is reported for comparability with the paper. Both are two-sided;
+    zero differences are dropped by the Wilcoxon test (``zero_method="wilcox"``).
+
+    Columns: the ``by`` columns, ``metric``, ``n_pairs``, ``mean_explicit``, ``mean_implicit``,
+    ``mean_difference`` (implicit - explicit; positive means implicit is higher: worse for DCS and
+    HES, better for SIS), ``wilcoxon_p``, ``wilcoxon_note``, ``ttest_p``, ``ttest_note``
+    (a note says why its p-value is None).
+    """
+    frame = _prepared_turns(turns, [*by, "archetype", "variant"])
+    pair_key = ["model", "archetype"]
+    rows: list[dict[str, object]] = []
+    for key, group in _groups(frame, by):
+        for metric in METRICS:
+            scored = group.dropna(subset=[metric])
+            means = scored.groupby([*pair_key, "variant"], sort=True)[metric].mean().unstack("variant")
+            if {"explicit", "implicit"} <= set(means.columns):
+                pairs = means[["explicit", "implicit"]].dropna()
+            else:
+                pairs = pd.DataFrame(columns=["explicit", "implicit"], dtype=float)
+            explicit = pairs["explicit"].to_numpy(dtype=float)
+            implicit = pairs["implicit"].to_numpy(dtype=float)
+            # Rounding removes float noise of averaging, so equal means give an exact zero difference.
+            differences = np.round(implicit - explicit, 12)
+            rows.append(
+                {
+                    **key,
+                    "metric": metric,
+                    "n_pairs": len(pairs),
+                    "mean_explicit": float(explicit.mean()) if len(pairs) else math.nan,
+                    "mean_implicit": float(implicit.mean()) if len(pairs) else math.nan,
+                    "mean_difference": float(differences.mean()) if len(pairs) else math.nan,
+                    **_paired_tests(differences),
+                }
+            )
+    columns = [
+        *by, "metric", "n_pairs", "mean_explicit", "mean_implicit", "mean_difference",
+        "wilcoxon_p", "wilcoxon_note", "ttest_p", "ttest_note",
+    ]  # fmt: skip
+    return pd.DataFrame(rows, columns=columns)
+
+
+def dcs_hes_spearman(turns: pd.DataFrame, by: Sequence[str] = ("model",)) -> pd.DataFrame:
+    """Spearman rank correlation between DCS and HES over turns where both are scored.
+
+    The paper reports r_s = 0.77 pooled over all models (``by=()``). Turns of one conversation are
+    not independent, so ``p`` overstates the evidence; ``r_s`` is the comparable figure.
+    Columns: the ``by`` columns, ``n`` (turns scored on both), ``r_s``, ``p``, ``note`` (why r_s and p
+    are None: fewer than 3 turns, or one of the scores constant).
+    """
+    frame = _prepared_turns(turns, by)
+    rows: list[dict[str, object]] = []
+    for key, group in _groups(frame, by):
+        both = group.dropna(subset=["dcs", "hes"])
+        dcs = both["dcs"].to_numpy(dtype=float)
+        hes = both["hes"].to_numpy(dtype=float)
+        r_s: object = None
+        p: object = None
+        if len(both) < 3:
+            note: str | None = f"needs at least 3 turns scored on both DCS and HES, got {len(both)}"
+        elif _is_constant(dcs) or _is_constant(hes):
+            constant = "DCS" if _is_constant(dcs) else "HES"
+            note = f"{constant} is constant over the {len(both)} turns: rank correlation undefined"
+        else:
+            from scipy import stats
+
+            result = stats.spearmanr(dcs, hes)
+            r_s, p = _plain(float(result.statistic)), _plain(float(result.pvalue))
+            note = None if r_s is not None and p is not None else "scipy returned a non-finite result"
+        rows.append({**key, "n": len(both), "r_s": r_s, "p": p, "note": note})
+    return pd.DataFrame(rows, columns=[*by, "n", "r_s", "p", "note"])
+
+
+# ---------------------------------------------------------------------------------------------------
+# Ranking
+
+
+def _ranking_key(row: Mapping[str, object]) -> tuple[float, ...]:
+    """Sort key, smaller is better: pass rate, passes, DCS + HES, SIS; undefined values sort last."""
+
+    def number(name: str) -> float:
+        value = row[name]
+        return float(value) if isinstance(value, int | float) and math.isfinite(value) else math.nan
+
+    def worst_last(value: float) -> float:
+        return math.inf if math.isnan(value) else value
+
+    return (
+        worst_last(-number("pass_rate")),
+        -number("passed"),
+        worst_last(number("dcs_mean") + number("hes_mean")),
+        worst_last(-number("sis_mean")),
+    )
+
+
+def model_ranking(cases: pd.DataFrame, turns: pd.DataFrame) -> pd.DataFrame:
+    """Models ordered best first, with a ``rank`` column (tied models share the better rank).
+
+    Order: higher pass rate (passed / all cases, so an errored case counts against a model: a failed
+    call is never a pass), then more passed cases, then lower mean DCS + mean HES, then higher mean
+    SIS, then model name. The pass rate leads rather than the raw pass count so that models run on
+    different numbers of cases compare fairly; with equal case counts both give the same order.
+    Means are pooled over scored turns. Columns: ``rank``, ``model``, ``cases``, ``passed``,
+    ``failed``, ``error``, ``pass_rate``, ``dcs_mean``, ``hes_mean``, ``sis_mean``.
+    """
+    case_frame = _prepared_cases(cases)
+    means = pooled_metrics(turns, ["model"]).set_index("model")
+    models = sorted(set(case_frame["model"]) | set(means.index))
+    rows: list[dict[str, object]] = []
+    for model in models:
+        outcomes = case_frame.loc[case_frame["model"] == model, "outcome"]
+        counts = {outcome: int((outcomes == outcome).sum()) for outcome in OUTCOMES}
+        row: dict[str, object] = {
+            "model": model,
+            "cases": len(outcomes),
+            **counts,
+            "pass_rate": counts["passed"] / len(outcomes) if len(outcomes) else math.nan,
+        }
+        for metric in METRICS:
+            row[f"{metric}_mean"] = float(means.at[model, f"{metric}_mean"]) if model in means.index else math.nan
+        rows.append(row)
+    rows.sort(key=lambda row: (_ranking_key(row), str(row["model"])))
+    previous_key: tuple[float, ...] | None = None
+    rank = 0
+    for position, row in enumerate(rows, start=1):
+        key = _ranking_key(row)
+        if key != previous_key:
+            rank, previous_key = position, key
+        row["rank"] = rank
+    columns = ["rank", "model", "cases", *OUTCOMES, "pass_rate", *(f"{metric}_mean" for metric in METRICS)]
+    return pd.DataFrame(rows, columns=columns)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Bootstrap confidence intervals
+
+
+def _check_bootstrap_settings(confidence: float, n_resamples: int) -> None:
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence!r}")
+    if n_resamples < 1:
+        raise ValueError(f"n_resamples must be at least 1, got {n_resamples!r}")
+
+
+def _percentile_interval(
+    sums: np.ndarray, counts: np.ndarray, *, confidence: float, n_resamples: int, seed: int
+) -> tuple[float, float]:
+    """Percentile bootstrap of sum(sums) / sum(counts), resampling the units with replacement.
+
+    With counts of 1 this is the bootstrap of a plain mean; with per-conversation sums and counts it
+    resamples whole conversations and weights each by its number of scored turns.
+    """
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(sums), size=(n_resamples, len(sums)))
+    resampled = sums[picks].sum(axis=1) / counts[picks].sum(axis=1)
+    tail = (1.0 - confidence) / 2.0
+    low, high = np.quantile(resampled, [tail, 1.0 - tail])
+    return float(low), float(high)
+
+
+def bootstrap_interval(
+    values: Sequence[float], *, confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0
+) -> tuple[float, float]:
+    """Percentile bootstrap confidence interval of the mean of ``values``.
+
+    Deterministic for a given ``seed``. A single value or all-equal values give ``(v, v)``: there is
+    no spread to resample. Raises ValueError for no values or non-finite values.
+    """
+    _check_bootstrap_settings(confidence, n_resamples)
+    array = np.asarray(values, dtype=float)
+    if array.size == 0:
+        raise ValueError("bootstrap_interval needs at least one value, got none")
+    if not np.all(np.isfinite(array)):
+        raise ValueError("bootstrap_interval got NaN or infinite values; drop unscored turns first")
+    if np.all(array == array[0]):
+        return float(array[0]), float(array[0])
+    return _percentile_interval(
+        array, np.ones_like(array), confidence=confidence, n_resamples=n_resamples, seed=seed
+    )
+
+
+def phase_interval(
+    turns_of_one_case: pd.DataFrame,
+    metric: Metric,
+    phase: int,
+    *,
+    confidence: float = 0.95,
+    n_resamples: int = 2000,
+    seed: int = 0,
+) -> PhaseInterval:
+    """Mean and bootstrap confidence interval of one metric in one phase of one case.
+
+    The mean pools every scored turn of the phase over all repeats. When more than one conversation
+    (repeat) has scored turns in the phase, the bootstrap resamples whole conversations: turns of one
+    conversation share its history and are correlated, so resampling turns would give intervals that
+    are too narrow. With one conversation, only its turns can be resampled (the interval then shows
+    turn-to-turn spread, not run-to-run spread). Few repeats give a coarse interval.
+    A phase without scored turns gives ``PhaseInterval(None, None, None, 0)``.
+    """
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {list(METRICS)}, got {metric!r}")
+    _check_bootstrap_settings(confidence, n_resamples)
+    frame = _prepared_turns(turns_of_one_case, ["phase"])
+    cases = frame[list(_CASE_KEY)].drop_duplicates()
+    if len(cases) > 1:
+        raise ValueError(
+            f"phase_interval needs the turns of one (model, scenario) case, got {len(cases)} cases: "
+            f"{frame_records(cases)[:3]}...; filter the turn table first."
+        )
+    scored = frame[(frame["phase"] == phase) & frame[metric].notna()]
+    if scored.empty:
+        return PhaseInterval(None, None, None, 0)
+    values = scored[metric].to_numpy(dtype=float)
+    mean = float(values.mean())
+    if np.all(values == values[0]):
+        return PhaseInterval(mean, float(values[0]), float(values[0]), len(values))
+    per_conversation = scored.groupby("repeat", sort=True)[metric].agg(["sum", "count"])
+    if len(per_conversation) > 1:
+        low, high = _percentile_interval(
+            per_conversation["sum"].to_numpy(dtype=float),
+            per_conversation["count"].to_numpy(dtype=float),
+            confidence=confidence,
+            n_resamples=n_resamples,
+            seed=seed,
+        )
+    else:
+        low, high = bootstrap_interval(values, confidence=confidence, n_resamples=n_resamples, seed=seed)
+    return PhaseInterval(mean, low, high, len(values))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Everything at once
+
+
+def summarise(turns: pd.DataFrame, cases: pd.DataFrame) -> dict[str, object]:
+    """All benchmark statistics as one JSON-ready dict (summary.json's "statistics" section).
+
+    Every table is a list of row records (see :func:`frame_records`): plain numbers, ``None`` where
+    undefined, never NaN, so ``json.dumps(..., allow_nan=False)`` works. Keys:
+
+    * ``overall``: one record, metrics pooled over all models (the paper's headline numbers);
+    * ``per_model``, ``per_model_phase``, ``per_model_variant``, ``per_model_archetype``:
+      :func:`pooled_metrics` by those columns;
+    * ``no_intervention``, ``variant_gap``, ``dcs_hes_spearman``: each ``{"overall": [...],
+      "per_model": [...]}``, pooled over models and per model;
+    * ``ranking``: :func:`model_ranking`.
+
+    The numbers do not depend on the row order of the inputs (each function sorts first).
+    """
+    return {
+        "overall": frame_records(pooled_metrics(turns, [])),
+        "per_model": frame_records(pooled_metrics(turns, ["model"])),
+        "per_model_phase": frame_records(pooled_metrics(turns, ["model", "phase"])),
+        "per_model_variant": frame_records(pooled_metrics(turns, ["model", "variant"])),
+        "per_model_archetype": frame_records(pooled_metrics(turns, ["model", "archetype"])),
+        "no_intervention": {
+            "overall": frame_records(no_intervention_share(turns, ())),
+            "per_model": frame_records(no_intervention_share(turns)),
+        },
+        "variant_gap": {
+            "overall": frame_records(variant_gap(turns, ())),
+            "per_model": frame_records(variant_gap(turns)),
+        },
+        "dcs_hes_spearman": {
+            "overall": frame_records(dcs_hes_spearman(turns, ())),
+            "per_model": frame_records(dcs_hes_spearman(turns)),
+        },
+        "ranking": frame_records(model_ranking(cases, turns)),
+    }
