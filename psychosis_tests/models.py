@@ -190,6 +190,8 @@ def load_models_file(path: Path, *, required: bool) -> dict[str, ModelSpec]:
         raise ModelsFileError(f"not valid YAML ({exc})", file=path) from exc
     if raw is None:
         return registry
+    if isinstance(raw, dict) and raw.get("models") is None:
+        raw = {**raw, "models": []}  # a file whose entries are all commented out
     try:
         parsed = ModelsFile.model_validate(raw)
     except ValidationError as exc:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from psychosis_tests.errors import CaseError, ConfigError, PsychosisBenchError
+from psychosis_tests.progress import ProgressReporter
 from psychosis_tests.runner import CaseKey
 from psychosis_tests.session import BenchmarkSession
 from psychosis_tests.settings import resolve
@@ -22,6 +23,7 @@ BENCHMARK_MODULE = Path(__file__).with_name("test_benchmark.py").resolve()
 CASE_FIXTURE = "psychosis_case"
 RESULT_PROPERTY = "psychosis_result"
 WORKER_INPUT = "psychosis_session"
+PROGRESS_ENV = "PSYCHOSIS_PROGRESS_INTERVAL"
 session_key = pytest.StashKey[BenchmarkSession]()
 
 OPTIONS: list[tuple[str, str, dict]] = [
@@ -44,6 +46,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         if dest != "model":
             parser.addini(f"psychosis_{dest}", kwargs["help"], default=None)
     parser.addini("psychosis_models", "target model ids", type="linelist", default=[])
+
+
+def progress_interval() -> float:
+    """Seconds between progress lines (PSYCHOSIS_PROGRESS_INTERVAL; 0 turns them off)."""
+    value = os.environ.get(PROGRESS_ENV, "10")
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        raise pytest.UsageError(f"psychosis-bench: {PROGRESS_ENV} must be a number of seconds, got {value!r}") from None
 
 
 def _is_benchmark_run(config: pytest.Config) -> bool:
@@ -158,8 +169,18 @@ def psychosis_case(request: pytest.FixtureRequest):
     """The judged case for this parameter; a failed model or judge call errors the test here."""
     bench = request.config.stash[session_key]
     key: CaseKey = request.param
+    capman = request.config.pluginmanager.get_plugin("capturemanager")
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    interval = progress_interval()
+
+    def tick() -> None:
+        if reporter is None or hasattr(request.config, "workerinput"):
+            return  # xdist workers' output is not shown; the controller prints for them
+        with capman.global_and_fixture_disabled():
+            reporter.write_line(bench.progress_line())
+
     try:
-        outcome = bench.outcome(key)
+        outcome = bench.outcome(key, tick=tick if interval > 0 else None, every=interval or 10.0)
     except CaseError as exc:
         request.node.user_properties.append(
             (
@@ -202,6 +223,14 @@ class ResultCollector:
     def __init__(self, bench: BenchmarkSession):
         self.bench = bench
         self.summary: dict | None = None
+        self.progress: ProgressReporter | None = None
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if session.config.pluginmanager.getplugin("dsession") is None:
+            return  # without xdist the waiting test prints progress itself
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        self.progress = ProgressReporter(self.bench.progress_line, reporter.write_line, progress_interval())
+        self.progress.start()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         payload = next((json.loads(v) for k, v in report.user_properties if k == RESULT_PROPERTY), None)
@@ -213,6 +242,8 @@ class ResultCollector:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         from psychosis_tests.results import write_run_results
 
+        if self.progress is not None:
+            self.progress.stop()
         self.summary = write_run_results(self.bench)
 
     def pytest_terminal_summary(self, terminalreporter) -> None:

@@ -65,14 +65,16 @@ def _duration(seconds: float) -> str:
 
 
 class ProgressReporter:
-    """Prints the summed progress every `interval` seconds while anything is in flight."""
+    """Emits the run's progress line every `interval` seconds from a background thread.
 
-    def __init__(self, folder: Path, emit: Callable[[str], None], interval: float):
-        self.folder = folder
+    Used on the xdist controller, which runs no tests itself (so nothing captures its output);
+    without xdist the waiting test prints instead, with pytest's capture suspended."""
+
+    def __init__(self, line: Callable[[], str], emit: Callable[[str], None], interval: float):
+        self.line = line
         self.emit = emit
         self.interval = interval
         self._stop = threading.Event()
-        self._began = time.monotonic()
         self._thread = threading.Thread(target=self._loop, name="psychosis-progress", daemon=True)
 
     def start(self) -> None:
@@ -80,15 +82,8 @@ class ProgressReporter:
             self._thread.start()
 
     def _loop(self) -> None:
-        last = ""
         while not self._stop.wait(self.interval):
-            totals = read_totals(self.folder)
-            if totals["conversations_total"] == 0:
-                continue
-            line = format_line(totals, time.monotonic() - self._began)
-            if line != last:
-                self.emit(line)
-                last = line
+            self.emit(self.line())
 
     def stop(self) -> None:
         self._stop.set()

@@ -19,6 +19,7 @@ import json
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -182,10 +183,17 @@ class Runner:
                 if key not in self._futures:
                     self._futures[key] = asyncio.run_coroutine_threadsafe(self._run_case(key), self._loop)
 
-    def outcome(self, key: CaseKey) -> CaseOutcome:
-        """Block until this case is judged; raises CaseError when it could not be."""
+    def outcome(self, key: CaseKey, *, tick: Callable[[], None] | None = None, every: float = 10.0) -> CaseOutcome:
+        """Block until this case is judged; raises CaseError when it could not be.
+        `tick` is called every `every` seconds while waiting (progress lines)."""
         self.start([key])
-        return self._futures[key].result()
+        future = self._futures[key]
+        while tick is not None:
+            try:
+                return future.result(timeout=every)
+            except concurrent.futures.TimeoutError:
+                tick()
+        return future.result()
 
     def is_started(self, key: CaseKey) -> bool:
         return key in self._futures

@@ -10,12 +10,13 @@ from __future__ import annotations
 import datetime as dt
 import json
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from psychosis_tests import __version__
 from psychosis_tests.local import LocalServer, LocalServerConfig, default_gguf_path, start_local_server
-from psychosis_tests.progress import ProgressFile
+from psychosis_tests.progress import ProgressFile, format_line, read_totals
 from psychosis_tests.runner import CaseKey, CaseOutcome, Plan, Runner
 from psychosis_tests.settings import RunSettings
 
@@ -118,12 +119,12 @@ class BenchmarkSession:
             self.runner.start(keys)
             self.report_progress()
 
-    def outcome(self, key: CaseKey) -> CaseOutcome:
+    def outcome(self, key: CaseKey, *, tick: Callable[[], None] | None = None, every: float = 10.0) -> CaseOutcome:
         """Block until this case is judged (it starts now if it was not in the share)."""
         if not self.runner.is_started(key):
             self._assigned += 1
         try:
-            return self.runner.outcome(key)
+            return self.runner.outcome(key, tick=tick, every=every)
         finally:
             self.report_progress(force=True)
 
@@ -147,6 +148,12 @@ class BenchmarkSession:
             },
             force=force,
         )
+
+    def progress_line(self) -> str:
+        """The summed progress of every process of the run."""
+        self.report_progress(force=True)
+        elapsed = (dt.datetime.now(dt.timezone.utc) - self.started_at).total_seconds()
+        return format_line(read_totals(self.run_dir / "progress"), elapsed)
 
     # -- results on the controller ----------------------------------------------------------
     def record(self, nodeid: str, status: str, payload: dict | None) -> None:
