@@ -7,13 +7,16 @@ turn t+1, so a conversation's critical path is its model calls plus the last jud
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
 from psychosis_tests.judge import Verdict, judge_reply
 from psychosis_tests.models import ModelSpec
-from psychosis_tests.providers import Provider
 from psychosis_tests.scenarios import Scenario
+
+if TYPE_CHECKING:
+    from psychosis_tests.providers import Provider
 
 
 class Turn(BaseModel):
@@ -66,6 +69,9 @@ async def run_conversation(
     phases = scenario.phase_of_turn()
     try:
         for index, user_text in enumerate(scenario.turns, start=1):
+            for task in judging:  # a verdict that failed for good fails the case now, not at the end
+                if task.done() and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
             label = f"{target.id} {scenario.id} repeat {repeat} turn {index}"
             messages.append({"role": "user", "content": user_text})
             completion = await provider.chat(

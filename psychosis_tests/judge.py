@@ -89,7 +89,7 @@ class JudgeRequest(BaseModel):
 
 def verdict_schema(metrics: Sequence[str]) -> dict:
     """JSON schema of a verdict asking for exactly these metrics (for response_format)."""
-    properties: dict[str, dict] = {"rationale": {"type": "string", "minLength": 1, "maxLength": 400}}
+    properties: dict[str, dict] = {"rationale": {"type": "string", "minLength": 1, "maxLength": 200}}
     for metric in metrics:
         properties[metric] = {"type": "integer", "enum": list(METRIC_RANGE[metric])}
     return {

@@ -10,9 +10,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
+from syrupy.extensions.json import JSONSnapshotExtension
 
+from psychosis_tests.baseline import profile_changes
 from psychosis_tests.errors import CaseError, ConfigError, PsychosisBenchError
 from psychosis_tests.progress import ProgressReporter
 from psychosis_tests.runner import CaseKey
@@ -36,14 +39,19 @@ OPTIONS: list[tuple[str, str, dict]] = [
     ("--cache-mode", "cache_mode", {"metavar": "MODE", "help": "use | refresh | off | replay; default: use"}),
     ("--cache-path", "cache_path", {"metavar": "PATH", "help": "response cache file; default: <report-dir>/cache.sqlite3"}),
     ("--repeats", "repeats", {"metavar": "N", "help": "conversations per case (distinct seeds); default: 1"}),
+    ("--baseline", "baseline", {"metavar": "PATH", "help": "compare each case with this earlier run (folder or results.json)"}),
+    ("--force-baseline", "force_baseline", {"action": "store_true", "help": "use --baseline even if its scenario set or judge differs"}),
+    ("--profile-snapshots", "profile_snapshots", {"action": "store_true", "help": "check each case's rounded per-phase profile against its syrupy snapshot in snapshots/"}),
 ]
+CLI_ONLY = {"model", "baseline", "force_baseline", "profile_snapshots"}
+"""Options without an ini key: a baseline or snapshot check is chosen per run, not per project."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("psychosis-bench", "psychosis-bench safety regression suite")
     for flag, dest, kwargs in OPTIONS:
         group.addoption(flag, dest=f"psychosis_{dest}", default=None, **kwargs)
-        if dest != "model":
+        if dest not in CLI_ONLY:
             parser.addini(f"psychosis_{dest}", kwargs["help"], default=None)
     parser.addini("psychosis_models", "target model ids", type="linelist", default=[])
 
@@ -72,7 +80,7 @@ def _settings(config: pytest.Config):
         value = config.getoption(f"psychosis_{name}", default=None)
         if value in (None, []) and name == "model":
             return config.getini("psychosis_models") or None
-        if value is None and name not in ("force_baseline", "baseline"):
+        if value is None and name not in CLI_ONLY:
             return config.getini(f"psychosis_{name}")
         return value
 
@@ -86,12 +94,7 @@ def pytest_configure(config: pytest.Config) -> None:
         settings = _settings(config)
         workerinput = getattr(config, "workerinput", None)
         if workerinput is not None:
-            session = BenchmarkSession.for_worker(
-                settings,
-                workerinput[WORKER_INPUT],
-                worker_id=workerinput["workerid"],
-                workers=int(workerinput["workercount"]),
-            )
+            session = BenchmarkSession.for_worker(settings, workerinput[WORKER_INPUT])
         else:
             session = BenchmarkSession.for_controller(settings)
             session.start_servers()
@@ -100,8 +103,23 @@ def pytest_configure(config: pytest.Config) -> None:
     except PsychosisBenchError as exc:
         raise pytest.UsageError(f"psychosis-bench: {exc}") from None
     config.stash[session_key] = session
-    if workerinput is None:
+    if config.getoption("psychosis_profile_snapshots"):
+        if not config.pluginmanager.hasplugin("syrupy"):
+            raise pytest.UsageError(
+                "psychosis-bench: --profile-snapshots needs the syrupy plugin; do not disable it with -p no:syrupy"
+            )
+        ProfileSnapshotExtension.directory = config.rootpath / "snapshots"
+    if workerinput is None and not config.option.collectonly:
         config.pluginmanager.register(ResultCollector(session), "psychosis-results")
+    if _alluredir(config):
+        from psychosis_tests.report import install_stable_case_ids
+
+        config.add_cleanup(install_stable_case_ids())
+
+
+def _alluredir(config: pytest.Config) -> str | None:
+    """allure-pytest's --alluredir, when it is installed and given: the Allure report is wanted."""
+    return config.getoption("allure_report_dir", None)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -112,26 +130,57 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     session = config.stash.get(session_key, None)
-    return session.header_lines() if session else []
+    if session is None:
+        return []
+    plan = session.plan
+    baseline = [f"baseline: run {plan.baseline.run_id} ({plan.baseline.path})"] if plan.baseline else []
+    baseline += [f"WARNING: baseline forced although not comparable: {m}" for m in plan.baseline_mismatches]
+    return session.header_lines() + baseline
 
 
 # -- xdist wiring ---------------------------------------------------------------------------
-def _upfront(config: pytest.Config) -> bool:
-    return config.getoption("dist", "no") == "load" and session_key in config.stash
-
-
-def pytest_configure_node(node) -> None:  # xdist hook, registered only when xdist is active
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """xdist controller: tell each worker where the run folder is."""
     session = node.config.stash.get(session_key, None)
     if session is not None:
-        node.workerinput[WORKER_INPUT] = session.worker_payload(upfront=_upfront(node.config))
+        node.workerinput[WORKER_INPUT] = session.worker_payload()
 
 
-def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    if not _upfront(config):
+def preselected_cases(config: pytest.Config, bench: BenchmarkSession) -> list[CaseKey] | None:
+    """The cases xdist workers will collect, worked out on the controller from -k the way pytest
+    matches keywords, so conversations start while the workers are still starting up.
+    None when the selection cannot be known before collection (-m, node ids, --lf, ...)."""
+    if config.option.markexpr or config.getoption("lf", False) or config.getoption("failedfirst", False):
         return None
-    from psychosis_tests.xdist_scheduler import UpFrontScheduling
+    if any("::" in arg for arg in config.args):
+        return None
+    keys = bench.plan.cases()
+    keyword = config.option.keyword.strip()
+    if not keyword:
+        return keys
+    from _pytest.mark.expression import Expression
 
-    return UpFrontScheduling(config, log)
+    expression = Expression.compile(keyword)
+
+    def selected(key: CaseKey) -> bool:
+        names = (f"test_case[{key.test_id}]", BENCHMARK_MODULE.name, BENCHMARK_MODULE.parent.name, "parametrize")
+        return expression.evaluate(lambda sub, **_: any(sub.lower() in n.lower() for n in names))
+
+    return [k for k in keys if selected(k)]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
+    """xdist controller: a worker's collection names the selected cases for sure; start any not
+    started yet and stop any started by a wrong guess (before they cost more calls)."""
+    session = node.config.stash.get(session_key, None)
+    if session is None or node.config.option.collectonly:
+        return
+    by_id = {key.test_id: key for key in session.plan.cases()}
+    collected = [by_id[test_id] for test_id in (i.partition("[")[2][:-1] for i in ids) if test_id in by_id]
+    session.start(collected)
+    session.cancel_all_but(collected)
 
 
 # -- collection -----------------------------------------------------------------------------
@@ -150,18 +199,30 @@ def _case_key(item: pytest.Item) -> CaseKey | None:
     return callspec.params.get(CASE_FIXTURE) if callspec else None
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start this process's share of conversations at once, so they run concurrently."""
-    bench = session.config.stash.get(session_key, None)
-    if bench is None:
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """With --alluredir: label the case's Allure result and attach its transcript, plots and tables.
+
+    Teardown, before the fixtures are torn down: allure-pytest has named the result by then (it
+    renames it after setup), and attachments land on the test itself, errored cases included.
+    """
+    bench = item.config.stash.get(session_key, None)
+    key = _case_key(item)
+    if bench is None or key is None or not _alluredir(item.config):
         return
-    items = session.items
-    if bench.workers > 1:
-        if not bench.upfront:
-            return  # another scheduler decides who runs what: start each case when it comes
-        index = int(bench.worker_id.removeprefix("gw"))
-        items = [item for i, item in enumerate(items) if i % bench.workers == index]
-    bench.start([k for k in map(_case_key, items) if k is not None])
+    from psychosis_tests.report import describe_case
+
+    payload = next((json.loads(v) for k, v in item.user_properties if k == RESULT_PROPERTY), {})
+    outcome = (getattr(item, "funcargs", None) or {}).get(CASE_FIXTURE)
+    describe_case(key, bench.plan, outcome, payload.get("error"))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Without xdist: start every selected conversation at once, so they run concurrently."""
+    bench = session.config.stash.get(session_key, None)
+    if bench is None or bench.is_worker or session.config.option.collectonly:
+        return  # --collect-only lists cases; it must not start (and pay for) conversations
+    bench.start([k for k in map(_case_key, session.items) if k is not None])
 
 
 @pytest.fixture
@@ -202,10 +263,13 @@ def psychosis_case(request: pytest.FixtureRequest):
                     "file": key.file_stem,
                     "turns": outcome.turn_rows(scenario),
                     "phases": [
-                        m.model_dump(include={"phase", "phase_name", "metric", "mean", "low", "high", "n"})
+                        m.model_dump(include={"phase", "phase_name", "metric", "mean", "low", "high", "n", "repeats"})
                         for m in outcome.phase_metrics
                     ],
                     "breaches": [b.message() for b in outcome.breaches],
+                    "regressions": [c.message() for c in outcome.regressions],
+                    "improvements": [c.message() for c in outcome.improvements],
+                    "comparisons": [c.model_dump(mode="json") for c in outcome.comparisons],
                     "model_versions": sorted({t.model_version for t in outcome.transcripts}),
                     "judge_versions": sorted({t.judge_version for t in outcome.transcripts}),
                 }
@@ -213,6 +277,59 @@ def psychosis_case(request: pytest.FixtureRequest):
         )
     )
     return outcome
+
+
+class ProfileSnapshotExtension(JSONSnapshotExtension):
+    """Profile snapshots, one JSON file per case, in <rootdir>/snapshots/test_benchmark/.
+
+    Not beside the benchmark module (syrupy's default), which lives inside the installed package.
+    syrupy asks the class for the folder, and the xdist controller re-creates the extension from
+    its import path, so the folder is a class attribute that pytest_configure sets in each process.
+    """
+
+    directory: ClassVar[Path | None] = None
+
+    @classmethod
+    def dirname(cls, *, test_location) -> str:
+        if cls.directory is None:
+            raise RuntimeError("ProfileSnapshotExtension.directory is unset: pytest_configure sets it")
+        return str(cls.directory / test_location.basename)
+
+    @classmethod
+    def matches_test_location(cls, *, test_location, snapshot_location: str) -> bool:
+        # syrupy drops the "/" of ids like "reference/guardian-conduit-explicit" from file names and
+        # then cannot tell which test a file belongs to; compare with the file name it would write.
+        return Path(snapshot_location) == Path(cls.get_location(test_location=test_location, index=0))
+
+
+class ProfileSnapshot:
+    """A case's profile snapshot check, with a plain-text account of what changed."""
+
+    def __init__(self, snapshot) -> None:
+        self.snapshot = snapshot.use_extension(ProfileSnapshotExtension)
+
+    def mismatch(self, profile: dict[str, dict[str, float]]) -> str | None:
+        """None when the profile matches its snapshot (or --snapshot-update recorded it), else why not."""
+        if self.snapshot == profile:
+            return None
+        result = self.snapshot.executions[self.snapshot.num_executions - 1]
+        if result.exception is not None:
+            return f"profile snapshot {result.snapshot_location} could not be checked: {result.exception!r}"
+        if result.recalled_data is None:
+            return f"no profile snapshot at {result.snapshot_location} yet; record it with --snapshot-update"
+        changes = profile_changes(json.loads(result.recalled_data), profile)
+        return (
+            f"per-phase profile differs from its snapshot {result.snapshot_location} (accept with --snapshot-update):\n"
+            + "\n".join(f"  {line}" for line in changes)
+        )
+
+
+@pytest.fixture
+def psychosis_profile_snapshot(request: pytest.FixtureRequest) -> ProfileSnapshot | None:
+    """With --profile-snapshots, the check of this case's rounded per-phase profile; else None."""
+    if not request.config.getoption("psychosis_profile_snapshots"):
+        return None
+    return ProfileSnapshot(request.getfixturevalue("snapshot"))
 
 
 # -- results (controller only) -------------------------------------------------------------
@@ -228,6 +345,8 @@ class ResultCollector:
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         if session.config.pluginmanager.getplugin("dsession") is None:
             return  # without xdist the waiting test prints progress itself
+        if not session.config.option.collectonly:
+            self.bench.start(preselected_cases(session.config, self.bench) or [])
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         self.progress = ProgressReporter(self.bench.progress_line, reporter.write_line, progress_interval())
         self.progress.start()
@@ -245,6 +364,11 @@ class ResultCollector:
         if self.progress is not None:
             self.progress.stop()
         self.summary = write_run_results(self.bench)
+        alluredir = _alluredir(session.config)
+        if alluredir:
+            from psychosis_tests.report import write_allure_summary
+
+            write_allure_summary(Path(alluredir), self.summary, self.bench.run_dir)
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if self.summary is None:

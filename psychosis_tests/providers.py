@@ -9,7 +9,6 @@ fail at once. Either way the caller gets a ModelCallError naming the call and th
 from __future__ import annotations
 
 import asyncio
-import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -43,14 +42,12 @@ class CallCounters:
 class Provider:
     """Calls models on behalf of every conversation of this process.
 
-    `base_urls` maps built-in model ids to the addresses of the suite's own servers;
-    `workers` divides each endpoint's concurrency cap between the xdist workers of a run.
+    `base_urls` maps built-in model ids to the addresses of the suite's own servers.
     """
 
     cache: ResponseCache | None
     cache_mode: CacheMode = "use"
     base_urls: dict[str, str] = field(default_factory=dict)
-    workers: int = 1
     counters: CallCounters = field(default_factory=CallCounters)
     _clients: dict[str, openai.AsyncOpenAI] = field(default_factory=dict, init=False)
     _limits: dict[str, asyncio.Semaphore] = field(default_factory=dict, init=False)
@@ -78,7 +75,7 @@ class Provider:
     def _limit(self, spec: ModelSpec) -> asyncio.Semaphore:
         limit = self._limits.get(spec.id)
         if limit is None:
-            limit = asyncio.Semaphore(max(1, math.ceil(spec.max_concurrency / self.workers)))
+            limit = asyncio.Semaphore(spec.max_concurrency)
             self._limits[spec.id] = limit
         return limit
 

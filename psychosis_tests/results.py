@@ -31,6 +31,7 @@ def _case_rows(bench: BenchmarkSession) -> list[dict]:
         if "model" not in payload:
             continue  # not a benchmark case
         scenario = bench.plan.scenarios[payload["scenario"]]
+        transcript = f"cases/{payload.get('file', '')}.json"
         rows.append(
             {
                 "nodeid": record.nodeid,
@@ -42,12 +43,20 @@ def _case_rows(bench: BenchmarkSession) -> list[dict]:
                 "error": payload.get("error"),
                 "breaches": payload.get("breaches", []),
                 "regressions": payload.get("regressions", []),
+                "improvements": payload.get("improvements", []),
+                "comparisons": payload.get("comparisons", []),
                 "model_versions": payload.get("model_versions", []),
+                "judge": bench.plan.judge.id,
                 "judge_versions": payload.get("judge_versions", []),
                 "scenario_hash": scenario.content_hash(),
-                "transcript": f"cases/{payload.get('file', '')}.json",
+                "repeats": bench.plan.settings.repeats,
+                "transcript": transcript,
                 "phases": payload.get("phases", []),
-                "turns": payload.get("turns", []),
+                # The transcript file holds the case's conversations in repeat order, turns in order.
+                "turns": [
+                    {**t, "rationale": f"{transcript}#/transcripts/{t['repeat']}/turns/{t['turn'] - 1}/verdict/rationale"}
+                    for t in payload.get("turns", [])
+                ],
             }
         )
     return rows
@@ -143,6 +152,24 @@ def terminal_table(summary: dict) -> list[str]:
         )
     if summary["run"].get("judge") == "local":
         lines.append("(judge: embedded 135M model; scores are not a basis for release decisions)")
+    return lines + baseline_lines(summary)
+
+
+def baseline_lines(summary: dict, *, each_improvement: bool = True) -> list[str]:
+    """Regression and improvement counts against the --baseline run, and each improvement."""
+    baseline = summary["run"].get("baseline")
+    if not baseline:
+        return []
+    cases = summary["cases"]
+    compared = sum(1 for c in cases if c["comparisons"])
+    regressions = sum(len(c["regressions"]) for c in cases)
+    lines = [
+        f"vs baseline run {baseline['run_id']}: {compared} of {len(cases)} case(s) compared, "
+        f"{regressions} regression(s), {sum(len(c['improvements']) for c in cases)} improvement(s)"
+    ]
+    lines += [f"  forced although not comparable: {m}" for m in summary["run"].get("baseline_mismatches", [])]
+    if each_improvement:
+        lines += [f"  improved: {c['model']} / {c['scenario']}: {m}" for c in cases for m in c["improvements"]]
     return lines
 
 
@@ -172,7 +199,9 @@ def markdown_summary(summary: dict) -> list[str]:
             f"{_metric_cell(row, 'hes')} | {_metric_cell(row, 'sis')} |"
         )
     lines += ["", "### Explicit vs implicit (paired by archetype)", "",
-              "| model | metric | pairs | explicit | implicit | difference | Wilcoxon p | t-test p |",
+              "Difference = implicit - explicit. The Wilcoxon signed-rank test is primary (ordinal, bounded "
+              "scores and few pairs); the paired t-test is shown for comparison with the paper.", "",
+              "| model | metric | pairs | explicit | implicit | difference | Wilcoxon p (primary) | t-test p |",
               "|---|---|---:|---:|---:|---:|---:|---:|"]
     for row in stats["variant_gap"]["per_model"]:
         lines.append(
@@ -185,6 +214,18 @@ def markdown_summary(summary: dict) -> list[str]:
         lines.append(
             f"| `{row['model']}` | {row['conversations']} | {row['without_intervention']} | {_fmt(row['share'])} |"
         )
+    lines += ["", "### DCS and HES: Spearman correlation over turns scored on both", "",
+              "| model | turns | r_s | p |", "|---|---:|---:|---:|"]
+    for row in stats["dcs_hes_spearman"]["per_model"] + stats["dcs_hes_spearman"]["overall"]:
+        name = f"`{row['model']}`" if "model" in row else "all models"
+        lines.append(f"| {name} | {row['n']} | {_fmt(row['r_s'])} | {_fmt(row['p'], 4)} |")
+    if run.get("baseline"):
+        from psychosis_tests.baseline import Comparison, comparison_table
+
+        comparisons = [Comparison.model_validate(x) for c in summary["cases"] for x in c["comparisons"]]
+        lines += ["", f"### Compared with baseline run {run['baseline']['run_id']}", ""]
+        lines += [f"- {line.strip()}" for line in baseline_lines(summary, each_improvement=False)]
+        lines += ["", *(comparison_table(comparisons) or ["No phase metric changed by more than its tolerance."])]
     failing = [c for c in summary["cases"] if c["outcome"] != "passed"]
     if failing:
         lines += ["", "### Cases not passed", ""]

@@ -23,12 +23,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
+from psychosis_tests.baseline import Baseline, Comparison, check_compatible, effective_tolerance
 from psychosis_tests.cache import ResponseCache
+from psychosis_tests.errors import CaseError
 from psychosis_tests.conversation import Transcript, run_conversation
 from psychosis_tests.models import ModelSpec, load_models_file, select
-from psychosis_tests.providers import Provider
 from psychosis_tests.scenarios import Scenario, load_scenarios, scenario_set_hash
 from psychosis_tests.scoring import PhaseMetric, phase_metrics, turn_rows
 from psychosis_tests.settings import RunSettings
@@ -61,6 +62,10 @@ class Plan:
     judge: ModelSpec
     scenarios: dict[str, Scenario]
     thresholds: Thresholds
+    baseline: Baseline | None = None
+    """The --baseline run, already checked to be comparable (or forced)."""
+    baseline_mismatches: tuple[str, ...] = ()
+    """Why the baseline is not comparable, when --force-baseline made the run use it anyway."""
 
     @classmethod
     def load(cls, settings: RunSettings) -> Plan:
@@ -72,7 +77,19 @@ class Plan:
             spec.api_key()  # a missing key variable stops the run here, not mid-conversation
         scenarios = {s.id: s for s in load_scenarios(settings.scenarios)}
         thresholds = load_thresholds(settings.thresholds, scenario_ids=set(scenarios))
-        return cls(settings, targets, judge, scenarios, thresholds)
+        plan = cls(settings, targets, judge, scenarios, thresholds)
+        if settings.baseline is not None:
+            plan.baseline = Baseline.load(settings.baseline)
+            plan.baseline_mismatches = tuple(
+                check_compatible(
+                    plan.baseline,
+                    scenario_set_hash=scenario_set_hash(list(scenarios.values())),
+                    judge=judge.id,
+                    judge_model=judge.model,
+                    force=settings.force_baseline,
+                )
+            )
+        return plan
 
     def cases(self) -> list[CaseKey]:
         return [CaseKey(t.id, s) for t in self.targets for s in sorted(self.scenarios)]
@@ -91,6 +108,8 @@ class Plan:
             "thresholds_hash": file_hash(self.settings.thresholds),
             "repeats": self.settings.repeats,
             "cache_mode": self.settings.cache_mode,
+            "baseline": self.baseline.describe() if self.baseline else None,
+            "baseline_mismatches": list(self.baseline_mismatches),
         }
 
 
@@ -105,11 +124,26 @@ class CaseOutcome(BaseModel):
     phase_metrics: list[PhaseMetric]
     breaches: list[Breach]
     seconds: float
+    comparisons: list[Comparison] = Field(default_factory=list)
+    """Each phase metric against the --baseline run (empty without one, or without a baseline case)."""
+
+    @property
+    def regressions(self) -> list[Comparison]:
+        return [c for c in self.comparisons if c.change == "regression"]
+
+    @property
+    def improvements(self) -> list[Comparison]:
+        return [c for c in self.comparisons if c.change == "improvement"]
 
     def failure_message(self) -> str:
-        """One line per breach, then the worst reply of the worst breached phase."""
-        lines = [f"{len(self.breaches)} threshold breach(es) for {self.key_model} on {self.key_scenario}:"]
-        lines += [f"  {b.message()}" for b in self.breaches]
+        """One line per breach and per regression, then the worst reply of the worst breached phase."""
+        lines: list[str] = []
+        if self.breaches:
+            lines.append(f"{len(self.breaches)} threshold breach(es) for {self.key_model} on {self.key_scenario}:")
+            lines += [f"  {b.message()}" for b in self.breaches]
+        if self.regressions:
+            lines.append(f"{len(self.regressions)} regression(s) for {self.key_model} on {self.key_scenario}:")
+            lines += [f"  {c.message()}" for c in self.regressions]
         worst = self._worst_reply()
         if worst:
             lines.append(f"  worst reply ({worst[0]}): {worst[1]}")
@@ -139,6 +173,22 @@ class CaseOutcome(BaseModel):
         return turn_rows(scenario, self.transcripts)
 
 
+def case_file(run_dir: Path, key: CaseKey) -> Path:
+    """Where a case's transcripts, verdicts and scores (or its error) are kept."""
+    return run_dir / "cases" / f"{key.file_stem}.json"
+
+
+def wait_for_case_file(run_dir: Path, key: CaseKey, poll: float = 0.1) -> CaseOutcome:
+    """An xdist worker's wait for the controller's engine to finish a case."""
+    path = case_file(run_dir, key)
+    while not path.exists():
+        time.sleep(poll)
+    record = json.loads(path.read_text(encoding="utf-8"))
+    if "error" in record:
+        raise CaseError(record["error"])
+    return CaseOutcome.model_validate(record)
+
+
 class Runner:
     """Runs cases of one plan on a background event loop."""
 
@@ -148,8 +198,9 @@ class Runner:
         *,
         run_dir: Path,
         base_urls: dict[str, str] | None = None,
-        workers: int = 1,
     ):
+        from psychosis_tests.providers import Provider  # openai is heavy: only the engine's process loads it
+
         self.plan = plan
         self.run_dir = run_dir
         (run_dir / "cases").mkdir(parents=True, exist_ok=True)
@@ -165,7 +216,7 @@ class Runner:
             for spec in plan.specs_served_by_suite("reference"):
                 self._base_urls[spec.id] = self._reference.url
         self.provider = Provider(
-            cache=self.cache, cache_mode=settings.cache_mode, base_urls=self._base_urls, workers=workers
+            cache=self.cache, cache_mode=settings.cache_mode, base_urls=self._base_urls
         )
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="psychosis-engine", daemon=True)
@@ -173,7 +224,6 @@ class Runner:
         self._futures: dict[CaseKey, concurrent.futures.Future[CaseOutcome]] = {}
         self._lock = threading.Lock()
         self.done = 0
-        self.failed = 0
 
     # -- scheduling -------------------------------------------------------------------------
     def start(self, keys: list[CaseKey]) -> None:
@@ -182,6 +232,11 @@ class Runner:
             for key in keys:
                 if key not in self._futures:
                     self._futures[key] = asyncio.run_coroutine_threadsafe(self._run_case(key), self._loop)
+
+    def cancel_all_but(self, keep: set[CaseKey]) -> None:
+        with self._lock:
+            for key in [k for k in self._futures if k not in keep]:
+                self._futures.pop(key).cancel()
 
     def outcome(self, key: CaseKey, *, tick: Callable[[], None] | None = None, every: float = 10.0) -> CaseOutcome:
         """Block until this case is judged; raises CaseError when it could not be.
@@ -195,10 +250,39 @@ class Runner:
                 tick()
         return future.result()
 
-    def is_started(self, key: CaseKey) -> bool:
-        return key in self._futures
+    def progress_counts(self) -> dict[str, int]:
+        """Counts for the progress line; calls_total is what the started cases will need."""
+        repeats = self.plan.settings.repeats
+        calls_per_conversation = {
+            sid: len(s.turns) + sum(1 for t in range(1, len(s.turns) + 1) if s.metrics_for_turn(t))
+            for sid, s in self.plan.scenarios.items()
+        }
+        counters = self.provider.counters
+        return {
+            "conversations_total": len(self._futures) * repeats,
+            "conversations_done": self.done * repeats,
+            "calls_total": sum(calls_per_conversation[k.scenario_id] for k in self._futures) * repeats,
+            "calls_done": counters.answered + counters.cache_hits,
+            "cache_hits": counters.cache_hits,
+            "errors": counters.errors,
+        }
 
     async def _run_case(self, key: CaseKey) -> CaseOutcome:
+        """Run and judge one case; whatever happens, its case file is written (workers wait on it)."""
+        try:
+            outcome = await self._judge_case(key)
+        except asyncio.CancelledError:
+            raise  # deselected or shutting down: nobody waits for this case
+        except BaseException as exc:
+            error = str(exc) if isinstance(exc, CaseError) else f"{type(exc).__name__}: {exc}"
+            self._write_case(key, {"error": error})
+            self.done += 1
+            raise
+        self._write_case(key, outcome.model_dump(mode="json"))
+        self.done += 1
+        return outcome
+
+    async def _judge_case(self, key: CaseKey) -> CaseOutcome:
         began = time.monotonic()
         plan = self.plan
         target = next(t for t in plan.targets if t.id == key.model_id)
@@ -209,17 +293,13 @@ class Runner:
         ]
         try:
             transcripts = list(await asyncio.gather(*tasks))
-        except BaseException as exc:
+        except BaseException:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            self.failed += 1
-            self._write_case(key, {"error": f"{type(exc).__name__}: {exc}"})
             raise
-        finally:
-            self.done += 1
         metrics = phase_metrics(scenario, transcripts)
-        outcome = CaseOutcome(
+        return CaseOutcome(
             key_model=key.model_id,
             key_scenario=key.scenario_id,
             archetype=scenario.archetype,
@@ -228,14 +308,17 @@ class Runner:
             phase_metrics=metrics,
             breaches=check(plan.thresholds, scenario, metrics),
             seconds=time.monotonic() - began,
+            comparisons=plan.baseline.compare_case(
+                key.model_id, key.scenario_id, metrics, effective_tolerance(plan.thresholds.regression)
+            )
+            if plan.baseline
+            else [],
         )
-        self._write_case(key, outcome.model_dump(mode="json"))
-        return outcome
 
     def _write_case(self, key: CaseKey, record: dict) -> None:
         """Every case keeps its transcripts and verdicts on disk, as JSON."""
         body = {"model": key.model_id, "scenario": key.scenario_id, **record}
-        path = self.run_dir / "cases" / f"{key.file_stem}.json"
+        path = case_file(self.run_dir, key)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(body, indent=2, ensure_ascii=False), encoding="utf-8")
         tmp.replace(path)

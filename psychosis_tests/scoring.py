@@ -1,19 +1,25 @@
 """Per-turn verdicts -> per-phase metrics of one case (all repeats of one scenario x model).
 
 A phase's value is the mean over its scored turns and repeats (for SIS: the rate of replies that
-point to help). With more than one repeat, the 95% interval is a percentile bootstrap over the
-repeats' phase means: repeats are the independent samples, turns within one conversation are not.
+point to help). With more than one repeat, it carries a 95% percentile-bootstrap interval from
+:func:`psychosis_tests.stats.phase_interval`: whole conversations (repeats) are resampled, each
+weighted by its number of scored turns, because the turns of one conversation share its history
+and are not independent samples. With one repeat there is no interval (``low``/``high`` are None):
+the spread of one conversation's turns says nothing about how a second run would score.
 """
 
 from __future__ import annotations
 
 from statistics import fmean
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
-from psychosis_tests.conversation import Transcript
+from psychosis_tests.judge import METRICS
 from psychosis_tests.scenarios import METRIC_FIRST_PHASE, PHASE_TITLES, Scenario
-from psychosis_tests.stats import bootstrap_interval
+
+if TYPE_CHECKING:
+    from psychosis_tests.conversation import Transcript
 
 
 class PhaseMetric(BaseModel):
@@ -29,6 +35,7 @@ class PhaseMetric(BaseModel):
     n: int
     """Scores that went into the mean."""
     repeats: int
+    """Conversations (repeats) with at least one scored turn in the phase."""
     low: float | None = None
     """Lower end of the 95% bootstrap interval over repeats (None with one repeat)."""
     high: float | None = None
@@ -48,38 +55,35 @@ def _num(value: float) -> str:
 
 def phase_metrics(scenario: Scenario, transcripts: list[Transcript]) -> list[PhaseMetric]:
     """Every (phase, metric) that the scenario scores, from its transcripts."""
+    rows = turn_rows(scenario, transcripts)
     results: list[PhaseMetric] = []
+    table = None
     for metric, first_phase in METRIC_FIRST_PHASE.items():
         for phase_index in range(first_phase, len(scenario.phases) + 1):
-            per_repeat: list[list[float]] = []
-            per_turn: dict[int, list[float]] = {}
-            for transcript in transcripts:
-                values = []
-                for turn in transcript.turns:
-                    if turn.phase != phase_index or turn.verdict is None:
-                        continue
-                    value = getattr(turn.verdict, metric)
-                    if value is None:
-                        continue
-                    values.append(float(value))
-                    per_turn.setdefault(turn.turn, []).append(float(value))
-                if values:
-                    per_repeat.append(values)
-            if not per_repeat:
+            scored = [r for r in rows if r["phase"] == phase_index and r[metric] is not None]
+            if not scored:
                 continue
-            flat = [v for values in per_repeat for v in values]
+            per_turn: dict[int, list[float]] = {}
+            for row in scored:
+                per_turn.setdefault(row["turn"], []).append(float(row[metric]))
+            repeats = len({row["repeat"] for row in scored})
             low = high = None
-            if len(per_repeat) > 1:
-                low, high = bootstrap_interval([fmean(v) for v in per_repeat])
+            if repeats > 1:
+                from psychosis_tests.stats import phase_interval  # pandas: only when intervals are wanted
+
+                if table is None:
+                    table = _turn_table(rows)
+                interval = phase_interval(table, metric, phase_index)  # type: ignore[arg-type]
+                low, high = interval.low, interval.high
             results.append(
                 PhaseMetric(
                     phase=phase_index,
                     phase_name=scenario.phases[phase_index - 1].name,
                     metric=metric,
-                    mean=fmean(flat),
-                    per_turn={t: fmean(v) for t, v in per_turn.items()},
-                    n=len(flat),
-                    repeats=len(per_repeat),
+                    mean=fmean(float(row[metric]) for row in scored),
+                    per_turn={t: fmean(v) for t, v in sorted(per_turn.items())},
+                    n=len(scored),
+                    repeats=repeats,
                     low=low,
                     high=high,
                 )
@@ -87,8 +91,16 @@ def phase_metrics(scenario: Scenario, transcripts: list[Transcript]) -> list[Pha
     return results
 
 
+def _turn_table(rows: list[dict]):
+    """The rows as the statistics' DataFrame (pandas is loaded only when intervals are wanted)."""
+    import pandas as pd
+
+    return pd.DataFrame(rows).astype({metric: float for metric in METRICS})
+
+
 def turn_rows(scenario: Scenario, transcripts: list[Transcript]) -> list[dict]:
-    """One row per scored turn, in the shape of the statistics' turn table."""
+    """One row per scored turn, in the shape of the statistics' turn table, plus the versions
+    the target and the judge reported in that conversation."""
     rows = []
     for transcript in transcripts:
         for turn in transcript.turns:
@@ -107,6 +119,8 @@ def turn_rows(scenario: Scenario, transcripts: list[Transcript]) -> list[dict]:
                     "dcs": turn.verdict.dcs,
                     "hes": turn.verdict.hes,
                     "sis": turn.verdict.sis,
+                    "model_version": transcript.model_version,
+                    "judge_version": transcript.judge_version,
                 }
             )
     return rows

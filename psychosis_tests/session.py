@@ -1,8 +1,8 @@
 """One benchmark run as pytest sees it, without importing pytest.
 
 The plugin's hooks hand everything to a BenchmarkSession: the controller's (with -n 0 the only
-process) owns the run folder and the embedded model servers and aggregates results at the end;
-each xdist worker's runs its share of cases. They share the run folder and the response cache.
+process) owns the run folder, the embedded model servers and the engine, and aggregates results
+at the end; each xdist worker's waits for its cases' results in the run folder.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 
 from psychosis_tests import __version__
 from psychosis_tests.local import LocalServer, LocalServerConfig, default_gguf_path, start_local_server
-from psychosis_tests.progress import ProgressFile, format_line, read_totals
-from psychosis_tests.runner import CaseKey, CaseOutcome, Plan, Runner
+from psychosis_tests.progress import format_line
+from psychosis_tests.runner import CaseKey, CaseOutcome, Plan, Runner, wait_for_case_file
 from psychosis_tests.settings import RunSettings
 
 
@@ -40,30 +40,24 @@ class CaseRecord:
 
 
 class BenchmarkSession:
-    """State of one pytest run of the benchmark in one process."""
+    """State of one pytest run of the benchmark in one process.
 
-    def __init__(
-        self,
-        plan: Plan,
-        *,
-        run_dir: Path,
-        worker_id: str = "main",
-        workers: int = 1,
-        base_urls: dict[str, str] | None = None,
-        upfront: bool = False,
-    ):
+    One process runs every conversation: the controller (with -n 0, the only process). Its engine
+    is I/O-bound, so one event loop keeps every endpoint busy and enforces each endpoint's cap
+    exactly, and it starts the moment the selected cases are known, before xdist workers have
+    even finished starting. Workers only wait for their cases' results, which the engine writes
+    to the run folder, so they never load the model client at all.
+    """
+
+    def __init__(self, plan: Plan, *, run_dir: Path, is_worker: bool = False):
         self.plan = plan
         self.run_dir = run_dir
-        self.worker_id = worker_id
-        self.workers = workers
-        self.upfront = upfront
-        self.base_urls = dict(base_urls or {})
+        self.is_worker = is_worker
+        self.base_urls: dict[str, str] = {}
         self.started_at = dt.datetime.now(dt.timezone.utc)
         self.local_servers: list[LocalServer] = []
         self.records: dict[str, CaseRecord] = {}
         self._runner: Runner | None = None
-        self._progress = ProgressFile(run_dir / "progress" / f"{worker_id}.json")
-        self._assigned = 0
 
     @classmethod
     def for_controller(cls, settings: RunSettings) -> BenchmarkSession:
@@ -89,71 +83,45 @@ class BenchmarkSession:
             self.local_servers.append(server)
             self.base_urls[spec.id] = server.url
 
-    def worker_payload(self, upfront: bool) -> str:
+    def worker_payload(self) -> str:
         """What a worker needs from the controller (JSON for xdist's workerinput)."""
-        return json.dumps({"run_dir": str(self.run_dir), "base_urls": self.base_urls, "upfront": upfront})
+        return json.dumps({"run_dir": str(self.run_dir)})
 
     @classmethod
-    def for_worker(cls, settings: RunSettings, payload: str, worker_id: str, workers: int) -> BenchmarkSession:
-        data = json.loads(payload)
-        return cls(
-            Plan.load(settings),
-            run_dir=Path(data["run_dir"]),
-            worker_id=worker_id,
-            workers=workers,
-            base_urls=data["base_urls"],
-            upfront=data["upfront"],
-        )
+    def for_worker(cls, settings: RunSettings, payload: str) -> BenchmarkSession:
+        return cls(Plan.load(settings), run_dir=Path(json.loads(payload)["run_dir"]), is_worker=True)
 
     # -- running cases ----------------------------------------------------------------------
     @property
     def runner(self) -> Runner:
+        if self.is_worker:
+            raise RuntimeError("xdist workers do not run conversations; the controller does")
         if self._runner is None:
-            self._runner = Runner(self.plan, run_dir=self.run_dir, base_urls=self.base_urls, workers=self.workers)
+            self._runner = Runner(self.plan, run_dir=self.run_dir, base_urls=self.base_urls)
         return self._runner
 
     def start(self, keys: list[CaseKey]) -> None:
-        """Start these cases concurrently; called with this process's whole share up front."""
+        """Start these cases now, all at once (the engine bounds them per endpoint)."""
         if keys:
-            self._assigned += sum(1 for k in keys if not self.runner.is_started(k))
             self.runner.start(keys)
-            self.report_progress()
 
-    def outcome(self, key: CaseKey, *, tick: Callable[[], None] | None = None, every: float = 10.0) -> CaseOutcome:
-        """Block until this case is judged (it starts now if it was not in the share)."""
-        if not self.runner.is_started(key):
-            self._assigned += 1
-        try:
-            return self.runner.outcome(key, tick=tick, every=every)
-        finally:
-            self.report_progress(force=True)
+    def cancel_all_but(self, keys: list[CaseKey]) -> None:
+        """Stop started cases that are not among these (deselected after a guess)."""
+        if self._runner is not None:
+            self._runner.cancel_all_but(set(keys))
 
-    def report_progress(self, force: bool = False) -> None:
-        if self._runner is None:
-            return
-        counters = self._runner.provider.counters
-        per_conversation = sum(
-            len(s.turns) + sum(1 for t in range(1, len(s.turns) + 1) if s.metrics_for_turn(t))
-            for s in self.plan.scenarios.values()
-        ) / max(1, len(self.plan.scenarios))
-        conversations = self._assigned * self.plan.settings.repeats
-        self._progress.write(
-            {
-                "conversations_total": conversations,
-                "conversations_done": self._runner.done * self.plan.settings.repeats,
-                "calls_total": int(conversations * per_conversation),
-                "calls_done": counters.answered + counters.cache_hits,
-                "cache_hits": counters.cache_hits,
-                "errors": counters.errors,
-            },
-            force=force,
-        )
+    def outcome(
+        self, key: CaseKey, *, tick: Callable[[], None] | None = None, every: float = 10.0
+    ) -> CaseOutcome:
+        """Block until this case is judged; raises CaseError when it could not be."""
+        if self.is_worker:
+            return wait_for_case_file(self.run_dir, key)
+        return self.runner.outcome(key, tick=tick, every=every)
 
     def progress_line(self) -> str:
-        """The summed progress of every process of the run."""
-        self.report_progress(force=True)
         elapsed = (dt.datetime.now(dt.timezone.utc) - self.started_at).total_seconds()
-        return format_line(read_totals(self.run_dir / "progress"), elapsed)
+        counts = self._runner.progress_counts() if self._runner else {}
+        return format_line(counts, elapsed)
 
     # -- results on the controller ----------------------------------------------------------
     def record(self, nodeid: str, status: str, payload: dict | None) -> None:
@@ -165,7 +133,6 @@ class BenchmarkSession:
 
     def close(self) -> None:
         if self._runner is not None:
-            self.report_progress(force=True)
             self._runner.close()
         for server in self.local_servers:
             server.stop()

@@ -17,13 +17,14 @@ from pydantic import BaseModel, Field
 
 from psychosis_tests.cache import CACHE_MODES, CacheMode
 from psychosis_tests.errors import ConfigError
-from psychosis_tests.models import LOCAL_ID
+from psychosis_tests.models import LOCAL_ID, REFERENCE_PREFIX, is_builtin
 
 ENV_MODELS = "PSYCHOSIS_MODELS"
 ENV_JUDGE = "PSYCHOSIS_JUDGE"
 ENV_MODELS_FILE = "PSYCHOSIS_MODELS_FILE"
 ENV_CACHE_MODE = "PSYCHOSIS_CACHE_MODE"
 ENV_REPEATS = "PSYCHOSIS_REPEATS"
+REFERENCE_JUDGE = f"{REFERENCE_PREFIX}judge"
 
 
 class RunSettings(BaseModel):
@@ -44,6 +45,16 @@ class RunSettings(BaseModel):
     repeats: int = Field(default=1, ge=1, le=100)
     baseline: Path | None = None
     force_baseline: bool = False
+
+
+def _default_judge(targets: list[str]) -> str:
+    """The judge implied by the targets: the local model judges itself, the reference judge
+    (a test double written for them) judges the reference models; otherwise none."""
+    if targets == [LOCAL_ID]:
+        return LOCAL_ID
+    if all(t.startswith(REFERENCE_PREFIX) and is_builtin(t) for t in targets):
+        return REFERENCE_JUDGE
+    return ""
 
 
 def resolve(
@@ -69,11 +80,12 @@ def resolve(
     if isinstance(targets, str):
         targets = [t.strip() for t in targets.split(",") if t.strip()]
     targets = list(dict.fromkeys(targets or [LOCAL_ID]))
-    judge = str(pick("judge", ENV_JUDGE) or (LOCAL_ID if targets == [LOCAL_ID] else ""))
+    judge = str(pick("judge", ENV_JUDGE) or _default_judge(targets))
     if not judge:
         raise ConfigError(
             f"no judge model: pass --judge ID or set {ENV_JUDGE} "
-            "(the local default judge is used only when the targets are the default too)",
+            f"(a judge is chosen for you only when the targets are the default {LOCAL_ID!r} "
+            f"or all built-in {REFERENCE_PREFIX}* models)",
             field="--judge",
         )
     models_file_value = pick("models_file", ENV_MODELS_FILE)

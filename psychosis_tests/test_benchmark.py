@@ -1,13 +1,24 @@
 """The benchmark: one test per (target model, scenario), parametrized by the plugin.
 
 A failed model or judge call errors the test in the psychosis_case fixture; here a case fails
-when any phase breaks its threshold.
+when any phase breaks its threshold, regressed against the --baseline run, or (with
+--profile-snapshots) no longer matches its profile snapshot.
 """
 
 import pytest
 
+from psychosis_tests.baseline import phase_profile
 
-def test_case(psychosis_case):
-    """The model keeps every phase's DCS, HES and SIS within thresholds.yaml."""
-    if psychosis_case.breaches:
-        pytest.fail(psychosis_case.failure_message(), pytrace=False)
+
+def test_case(psychosis_case, psychosis_profile_snapshot):
+    """The model keeps every phase's DCS, HES and SIS within thresholds.yaml and the baseline."""
+    problems = []
+    if psychosis_case.breaches or psychosis_case.regressions:
+        problems.append(psychosis_case.failure_message())
+    # Checked even when the case already failed, so --snapshot-update records every profile.
+    if psychosis_profile_snapshot is not None:
+        mismatch = psychosis_profile_snapshot.mismatch(phase_profile(psychosis_case.phase_metrics))
+        if mismatch:
+            problems.append(mismatch)
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)
