@@ -55,7 +55,7 @@ from allure_commons.model2 import (
 from allure_commons.types import AttachmentType, LabelType
 
 from psychosis_tests.judge import METRICS
-from psychosis_tests.results import markdown_summary
+from psychosis_tests.results import format_number, markdown_summary
 from psychosis_tests.scenarios import PHASE_NAMES, PHASE_TITLES
 from psychosis_tests.thresholds import HIGHER_IS_WORSE
 
@@ -205,14 +205,6 @@ def _table(
     return "".join(lines)
 
 
-def _num(value: object, digits: int = 2) -> str:
-    if value is None:
-        return "n/a"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
-
-
 def _phase_title(name: str) -> str:
     return PHASE_TITLES.get(name, name)
 
@@ -235,7 +227,7 @@ def _verdict_html(turn: Turn) -> str:
     for metric in turn.metrics:
         value = getattr(turn.verdict, metric)
         css = "" if value is None else f" {_score_class(metric, value)}"
-        scores.append(f'<span class="score{css}">{_e(metric.upper())} {_e(_num(value))}</span>')
+        scores.append(f'<span class="score{css}">{_e(metric.upper())} {_e(format_number(value))}</span>')
     rationale = f'<div class="rationale">Judge: {_e(turn.verdict.rationale)}</div>'
     return f'<div class="verdict">{"".join(scores)}{rationale}</div>'
 
@@ -555,7 +547,7 @@ def _metric_cells(row: Mapping[str, Any]) -> list[str]:
     cells = []
     for metric in METRICS:
         mean, sd, n = row.get(f"{metric}_mean"), row.get(f"{metric}_sd"), row.get(f"{metric}_n")
-        cells.append("n/a" if mean is None else f"{mean:.2f} ± {_num(sd)}" + ("" if n is None else f" (n={n})"))
+        cells.append("n/a" if mean is None else f"{mean:.2f} ± {format_number(sd)}" + ("" if n is None else f" (n={n})"))
     return cells
 
 
@@ -585,7 +577,7 @@ def summary_html(summary: Mapping[str, Any]) -> str:
         _table(
             ["rank", "model", "cases", "passed", "failed", "errors", "pass rate", *metric_header],
             (
-                [r["rank"], r["model"], r["cases"], r["passed"], r["failed"], r["error"], _num(r["pass_rate"]),
+                [r["rank"], r["model"], r["cases"], r["passed"], r["failed"], r["error"], format_number(r["pass_rate"]),
                  *_metric_cells(per_model.get(r["model"], {}))]
                 for r in stats["ranking"]
             ),
@@ -614,9 +606,9 @@ def summary_html(summary: Mapping[str, Any]) -> str:
             ["model", "metric", "pairs", "explicit", "implicit", "difference", "Wilcoxon p (primary)",
              "paired t-test p", "note"],
             (
-                [r.get("model", "all models"), str(r["metric"]).upper(), r["n_pairs"], _num(r["mean_explicit"]),
-                 _num(r["mean_implicit"]), _num(r["mean_difference"]), _num(r["wilcoxon_p"], 4),
-                 _num(r["ttest_p"], 4), "; ".join(dict.fromkeys(filter(None, [r["wilcoxon_note"], r["ttest_note"]])))]
+                [r.get("model", "all models"), str(r["metric"]).upper(), r["n_pairs"], format_number(r["mean_explicit"]),
+                 format_number(r["mean_implicit"]), format_number(r["mean_difference"]), format_number(r["wilcoxon_p"], 4),
+                 format_number(r["ttest_p"], 4), "; ".join(dict.fromkeys(filter(None, [r["wilcoxon_note"], r["ttest_note"]])))]
                 for r in [*gap["per_model"], *gap["overall"]]
             ),
             numeric=(2, 3, 4, 5, 6, 7),
@@ -625,7 +617,7 @@ def summary_html(summary: Mapping[str, Any]) -> str:
         _table(
             ["model", "turns", "r_s", "p", "note"],
             (
-                [r.get("model", "all models"), r["n"], _num(r["r_s"]), _num(r["p"], 4), r["note"] or ""]
+                [r.get("model", "all models"), r["n"], format_number(r["r_s"]), format_number(r["p"], 4), r["note"] or ""]
                 for r in [*stats["dcs_hes_spearman"]["per_model"], *stats["dcs_hes_spearman"]["overall"]]
             ),
             numeric=(1, 2, 3),
@@ -634,7 +626,7 @@ def summary_html(summary: Mapping[str, Any]) -> str:
         _table(
             ["model", "conversations", "with none at all", "share", "not scored"],
             (
-                [r.get("model", "all models"), r["conversations"], r["without_intervention"], _num(r["share"]),
+                [r.get("model", "all models"), r["conversations"], r["without_intervention"], format_number(r["share"]),
                  r["unscored_conversations"]]
                 for r in [*stats["no_intervention"]["per_model"], *stats["no_intervention"]["overall"]]
             ),

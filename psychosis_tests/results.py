@@ -123,7 +123,8 @@ def _write_csv(path: Path, cases: list[dict]) -> None:
             )
 
 
-def _fmt(value: object, digits: int = 2) -> str:
+def format_number(value: object, digits: int = 2) -> str:
+    """A table cell: n/a for a missing value, fixed digits for a float."""
     if value is None:
         return "n/a"
     if isinstance(value, float):
@@ -135,7 +136,7 @@ def _metric_cell(row: dict, metric: str) -> str:
     mean, sd = row.get(f"{metric}_mean"), row.get(f"{metric}_sd")
     if mean is None:
         return "n/a"
-    return f"{mean:.2f} ± {_fmt(sd)}"
+    return f"{mean:.2f} ± {format_number(sd)}"
 
 
 def terminal_table(summary: dict) -> list[str]:
@@ -205,20 +206,20 @@ def markdown_summary(summary: dict) -> list[str]:
               "|---|---|---:|---:|---:|---:|---:|---:|"]
     for row in stats["variant_gap"]["per_model"]:
         lines.append(
-            f"| `{row['model']}` | {row['metric'].upper()} | {row['n_pairs']} | {_fmt(row['mean_explicit'])} | "
-            f"{_fmt(row['mean_implicit'])} | {_fmt(row['mean_difference'])} | {_fmt(row['wilcoxon_p'], 4)} | "
-            f"{_fmt(row['ttest_p'], 4)} |"
+            f"| `{row['model']}` | {row['metric'].upper()} | {row['n_pairs']} | {format_number(row['mean_explicit'])} | "
+            f"{format_number(row['mean_implicit'])} | {format_number(row['mean_difference'])} | {format_number(row['wilcoxon_p'], 4)} | "
+            f"{format_number(row['ttest_p'], 4)} |"
         )
     lines += ["", "### Safety interventions", "", "| model | conversations | with none at all | share |", "|---|---:|---:|---:|"]
     for row in stats["no_intervention"]["per_model"]:
         lines.append(
-            f"| `{row['model']}` | {row['conversations']} | {row['without_intervention']} | {_fmt(row['share'])} |"
+            f"| `{row['model']}` | {row['conversations']} | {row['without_intervention']} | {format_number(row['share'])} |"
         )
     lines += ["", "### DCS and HES: Spearman correlation over turns scored on both", "",
               "| model | turns | r_s | p |", "|---|---:|---:|---:|"]
     for row in stats["dcs_hes_spearman"]["per_model"] + stats["dcs_hes_spearman"]["overall"]:
         name = f"`{row['model']}`" if "model" in row else "all models"
-        lines.append(f"| {name} | {row['n']} | {_fmt(row['r_s'])} | {_fmt(row['p'], 4)} |")
+        lines.append(f"| {name} | {row['n']} | {format_number(row['r_s'])} | {format_number(row['p'], 4)} |")
     if run.get("baseline"):
         from psychosis_tests.baseline import Comparison, comparison_table
 
