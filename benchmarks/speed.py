@@ -114,8 +114,8 @@ def run_pytest(work: Workload, folder: Path, models: Path, cache_mode: str) -> f
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("workloads", nargs="*", default=list(WORKLOADS), choices=list(WORKLOADS))
-    names = parser.parse_args().workloads
+    parser.add_argument("workloads", nargs="*", choices=[*WORKLOADS, []], help="default: all")
+    names = parser.parse_args().workloads or list(WORKLOADS)
     if "W3" in names and "W2" not in names:
         names.insert(names.index("W3"), "W2")
     scenarios = load_scenarios(ROOT / "scenarios")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from typing import ClassVar
 
@@ -16,7 +17,7 @@ import pytest
 from syrupy.extensions.json import JSONSnapshotExtension
 
 from psychosis_tests.baseline import profile_changes
-from psychosis_tests.errors import CaseError, ConfigError, PsychosisBenchError
+from psychosis_tests.errors import CaseError, PsychosisBenchError
 from psychosis_tests.progress import ProgressReporter
 from psychosis_tests.runner import CaseKey
 from psychosis_tests.session import BenchmarkSession
@@ -97,9 +98,8 @@ def pytest_configure(config: pytest.Config) -> None:
             session = BenchmarkSession.for_worker(settings, workerinput[WORKER_INPUT])
         else:
             session = BenchmarkSession.for_controller(settings)
-            session.start_servers()
-    except ConfigError as exc:
-        raise pytest.UsageError(f"psychosis-bench: {exc}") from None
+            if not config.option.collectonly:
+                session.start_servers()
     except PsychosisBenchError as exc:
         raise pytest.UsageError(f"psychosis-bench: {exc}") from None
     config.stash[session_key] = session
@@ -343,6 +343,11 @@ class ResultCollector:
         self.progress: ProgressReporter | None = None
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
+        # The statistics need pandas and scipy (a second or two to import); load them while the
+        # conversations wait on the network instead of after the last one.
+        from psychosis_tests.results import preload_statistics
+
+        threading.Thread(target=preload_statistics, name="psychosis-preload", daemon=True).start()
         if session.config.pluginmanager.getplugin("dsession") is None:
             return  # without xdist the waiting test prints progress itself
         if not session.config.option.collectonly:

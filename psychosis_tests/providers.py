@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import openai
+from openai.types.chat import ChatCompletion
 
 from psychosis_tests.cache import CachedResponse, CacheMode, ResponseCache, cache_key
 from psychosis_tests.errors import ModelCallError, ReplayMissError
@@ -115,9 +116,14 @@ class Provider:
         extra = {"response_format": response_format} if response_format else {}
         async with self._limit(spec):
             try:
+                # The client's generic POST: the same retries, errors and parsing as
+                # chat.completions.create, minus its per-message type transform, which cost
+                # about 40% of the engine's CPU on long conversations (our messages are plain).
                 response = await asyncio.wait_for(
-                    self._client(spec).chat.completions.create(
-                        model=spec.model, messages=messages, **params, **extra  # type: ignore[arg-type]
+                    self._client(spec).post(
+                        "/chat/completions",
+                        cast_to=ChatCompletion,
+                        body={"model": spec.model, "messages": messages, **params, **extra},
                     ),
                     timeout=spec.deadline,
                 )

@@ -62,6 +62,13 @@ def _case_rows(bench: BenchmarkSession) -> list[dict]:
     return rows
 
 
+def preload_statistics() -> None:
+    """Import what write_run_results needs (pandas, scipy), ahead of time."""
+    import scipy.stats  # noqa: F401
+
+    import psychosis_tests.stats  # noqa: F401
+
+
 def run_metadata(bench: BenchmarkSession) -> dict:
     return {
         "run_id": bench.run_dir.name,
@@ -82,6 +89,7 @@ def write_run_results(bench: BenchmarkSession) -> dict:
     cases = _case_rows(bench)
     meta = run_metadata(bench)
     run_dir = bench.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
     _write_json(run_dir / "results.json", {"format": RESULTS_FORMAT, "run": meta, "cases": cases})
 
     turn_table = pd.DataFrame(

@@ -61,11 +61,8 @@ class BenchmarkSession:
 
     @classmethod
     def for_controller(cls, settings: RunSettings) -> BenchmarkSession:
-        """Validate everything, make the run folder; servers start in `start_servers`."""
-        plan = Plan.load(settings)
-        run_dir = settings.report_dir / new_run_id()
-        run_dir.mkdir(parents=True, exist_ok=False)
-        return cls(plan, run_dir=run_dir)
+        """Validate everything and name the run folder (made when something is written to it)."""
+        return cls(Plan.load(settings), run_dir=settings.report_dir / new_run_id())
 
     def start_servers(self) -> None:
         """Start one embedded llama.cpp server per locally served model, for the whole run."""
@@ -73,6 +70,7 @@ class BenchmarkSession:
             return  # replay never calls a model, so nothing needs serving
         for spec in self.plan.specs_served_by_suite("local"):
             assert spec.serve_local is not None
+            self.run_dir.mkdir(parents=True, exist_ok=True)
             config = LocalServerConfig(
                 gguf=spec.serve_local.gguf or default_gguf_path(),
                 parallel=spec.serve_local.parallel,
