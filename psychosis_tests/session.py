@@ -75,6 +75,7 @@ class BenchmarkSession:
                 gguf=spec.serve_local.gguf or default_gguf_path(),
                 parallel=spec.serve_local.parallel,
                 ctx_per_slot=spec.serve_local.ctx_per_slot,
+                **({"threads": spec.serve_local.threads} if spec.serve_local.threads else {}),
                 log_file=self.run_dir / f"llama-server-{spec.id.replace('/', '_')}.log",
             )
             server = start_local_server(config)
