@@ -21,8 +21,8 @@ from psychosis_tests.baseline import (
     tolerance_from_file,
 )
 from psychosis_tests.errors import ConfigError
-from psychosis_tests.stats import METRICS
-from psychosis_tests.thresholds import METRIC_MAX, RegressionSettings
+from psychosis_tests.judge import METRIC_MAX, METRICS
+from psychosis_tests.thresholds import RegressionSettings
 
 EXIT_OK, EXIT_REGRESSED, EXIT_BAD_INPUT = 0, 1, 2
 DEFAULT_THRESHOLDS = Path("thresholds.yaml")

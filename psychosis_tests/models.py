@@ -161,7 +161,7 @@ def builtin_models() -> dict[str, ModelSpec]:
             max_concurrency=4,
             # Short replies keep the offline run within minutes on two cores.
             params=GenerationParams(temperature=0.7, max_tokens=96, seed=7),
-            judge_params=GenerationParams(temperature=0.0, max_tokens=160, seed=7),
+            judge_params=GenerationParams(temperature=0.0, max_tokens=256, seed=7),
             # A 135M model's window is small; the newest exchanges carry the verdict.
             judge_context_messages=4,
             timeout=300.0,

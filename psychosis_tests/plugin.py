@@ -19,7 +19,7 @@ from syrupy.extensions.json import JSONSnapshotExtension
 from psychosis_tests.baseline import profile_changes
 from psychosis_tests.errors import CaseError, PsychosisBenchError
 from psychosis_tests.progress import ProgressReporter
-from psychosis_tests.runner import CaseKey
+from psychosis_tests.plan import CaseKey
 from psychosis_tests.session import BenchmarkSession
 from psychosis_tests.settings import resolve
 

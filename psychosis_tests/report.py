@@ -63,7 +63,8 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from psychosis_tests.conversation import Turn
-    from psychosis_tests.runner import CaseKey, CaseOutcome, Plan
+    from psychosis_tests.plan import CaseKey, Plan
+    from psychosis_tests.runner import CaseOutcome
     from psychosis_tests.scenarios import Scenario
     from psychosis_tests.thresholds import Thresholds
 

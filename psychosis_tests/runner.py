@@ -1,4 +1,4 @@
-"""The engine: plans a run, serves built-in models, and runs cases concurrently.
+"""The engine: runs the cases of a plan concurrently and keeps each one's outcome on disk.
 
 Usable without pytest:
 
@@ -16,101 +16,21 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
-import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from psychosis_tests.baseline import Baseline, Comparison, check_compatible, effective_tolerance
+from psychosis_tests.baseline import Comparison, effective_tolerance
 from psychosis_tests.cache import ResponseCache
-from psychosis_tests.errors import CaseError
 from psychosis_tests.conversation import Transcript, run_conversation
-from psychosis_tests.models import ModelSpec, load_models_file, select
-from psychosis_tests.scenarios import Scenario, load_scenarios, scenario_set_hash
+from psychosis_tests.errors import CaseError
+from psychosis_tests.plan import CaseKey, Plan
+from psychosis_tests.scenarios import Scenario
 from psychosis_tests.scoring import PhaseMetric, phase_metrics, turn_rows
-from psychosis_tests.settings import RunSettings
-from psychosis_tests.thresholds import Breach, Thresholds, check, file_hash, load_thresholds
-
-
-@dataclass(frozen=True, order=True)
-class CaseKey:
-    """One parametrized case: a target model and a scenario."""
-
-    model_id: str
-    scenario_id: str
-
-    @property
-    def test_id(self) -> str:
-        """The pytest id: model then scenario, so -k selects by either."""
-        return f"{self.model_id}-{self.scenario_id}"
-
-    @property
-    def file_stem(self) -> str:
-        return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{self.model_id}__{self.scenario_id}")
-
-
-@dataclass
-class Plan:
-    """Everything validated before any model call."""
-
-    settings: RunSettings
-    targets: list[ModelSpec]
-    judge: ModelSpec
-    scenarios: dict[str, Scenario]
-    thresholds: Thresholds
-    baseline: Baseline | None = None
-    """The --baseline run, already checked to be comparable (or forced)."""
-    baseline_mismatches: tuple[str, ...] = ()
-    """Why the baseline is not comparable, when --force-baseline made the run use it anyway."""
-
-    @classmethod
-    def load(cls, settings: RunSettings) -> Plan:
-        """Read and check every input; raises ConfigError subclasses naming file and field."""
-        registry = load_models_file(settings.models_file, required=settings.models_file_given)
-        targets = select(registry, settings.targets, models_file=settings.models_file)
-        (judge,) = select(registry, [settings.judge], models_file=settings.models_file)
-        for spec in (*targets, judge):
-            spec.api_key()  # a missing key variable stops the run here, not mid-conversation
-        scenarios = {s.id: s for s in load_scenarios(settings.scenarios)}
-        thresholds = load_thresholds(settings.thresholds, scenario_ids=set(scenarios))
-        plan = cls(settings, targets, judge, scenarios, thresholds)
-        if settings.baseline is not None:
-            plan.baseline = Baseline.load(settings.baseline)
-            plan.baseline_mismatches = tuple(
-                check_compatible(
-                    plan.baseline,
-                    scenario_set_hash=scenario_set_hash(list(scenarios.values())),
-                    judge=judge.id,
-                    judge_model=judge.model,
-                    force=settings.force_baseline,
-                )
-            )
-        return plan
-
-    def cases(self) -> list[CaseKey]:
-        return [CaseKey(t.id, s) for t in self.targets for s in sorted(self.scenarios)]
-
-    def specs_served_by_suite(self, kind: str) -> list[ModelSpec]:
-        unique = {s.id: s for s in (*self.targets, self.judge)}
-        return [s for s in unique.values() if s.served_by_suite == kind]
-
-    def metadata(self) -> dict:
-        """What a later run needs to know to compare against this one."""
-        return {
-            "targets": [t.id for t in self.targets],
-            "judge": self.judge.id,
-            "judge_model": self.judge.model,
-            "scenario_set_hash": scenario_set_hash(list(self.scenarios.values())),
-            "thresholds_hash": file_hash(self.settings.thresholds),
-            "repeats": self.settings.repeats,
-            "cache_mode": self.settings.cache_mode,
-            "baseline": self.baseline.describe() if self.baseline else None,
-            "baseline_mismatches": list(self.baseline_mismatches),
-        }
+from psychosis_tests.thresholds import Breach, check
 
 
 class CaseOutcome(BaseModel):

@@ -17,7 +17,8 @@ from pathlib import Path
 from psychosis_tests import __version__
 from psychosis_tests.local import LocalServer, LocalServerConfig, default_gguf_path, start_local_server
 from psychosis_tests.progress import format_line
-from psychosis_tests.runner import CaseKey, CaseOutcome, Plan, Runner, wait_for_case_file
+from psychosis_tests.plan import CaseKey, Plan
+from psychosis_tests.runner import CaseOutcome, Runner, wait_for_case_file
 from psychosis_tests.settings import RunSettings
 
 

@@ -26,19 +26,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Final, Literal, NamedTuple, get_args
+from typing import Final, NamedTuple
 
 import numpy as np
 import pandas as pd
 
-Metric = Literal["dcs", "hes", "sis"]
-"""Name of a per-turn score column."""
-
-METRICS: Final[tuple[Metric, ...]] = get_args(Metric)
-"""The score columns, in the order tables list them."""
-
-METRIC_MAXIMUM: Final[Mapping[Metric, float]] = {"dcs": 2.0, "hes": 2.0, "sis": 1.0}
-"""Highest valid value of each score (the lowest is 0)."""
+from psychosis_tests.judge import METRIC_MAX, METRICS, Metric
 
 OUTCOMES: Final[tuple[str, ...]] = ("passed", "failed", "error")
 """Valid values of the case table's ``outcome`` column."""
@@ -89,10 +82,10 @@ def _prepared_turns(turns: pd.DataFrame, extra: Sequence[str] = ()) -> pd.DataFr
         )
     for metric in METRICS:
         values = pd.to_numeric(turns[metric], errors="coerce")
-        bad = turns[metric].notna() & (values.isna() | (values < 0) | (values > METRIC_MAXIMUM[metric]))
+        bad = turns[metric].notna() & (values.isna() | (values < 0) | (values > METRIC_MAX[metric]))
         if bad.any():
             raise ValueError(
-                f"turn table column {metric!r} has {int(bad.sum())} value(s) outside 0..{METRIC_MAXIMUM[metric]:g}, "
+                f"turn table column {metric!r} has {int(bad.sum())} value(s) outside 0..{METRIC_MAX[metric]:g}, "
                 f"e.g. {turns.loc[bad, metric].iloc[0]!r}; use NaN for turns that were not scored."
             )
     prepared = turns.astype({metric: float for metric in METRICS})

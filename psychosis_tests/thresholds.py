@@ -15,10 +15,10 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from psychosis_tests.errors import ThresholdsError
+from psychosis_tests.judge import METRIC_MAX
 from psychosis_tests.scenarios import METRIC_FIRST_PHASE, PHASE_NAMES, Scenario
 from psychosis_tests.scoring import PhaseMetric
 
-METRIC_MAX = {"dcs": 2.0, "hes": 2.0, "sis": 1.0}
 HIGHER_IS_WORSE = {"dcs": True, "hes": True, "sis": False}
 
 

@@ -25,7 +25,8 @@ from psychosis_tests.judge import judge_reply, parse_verdict, read_judge_request
 from psychosis_tests.models import GenerationParams, ModelSpec
 from psychosis_tests.providers import Completion, Provider
 from psychosis_tests.reference import ReferenceServer
-from psychosis_tests.runner import CaseKey, Plan, Runner
+from psychosis_tests.plan import CaseKey, Plan
+from psychosis_tests.runner import Runner
 from psychosis_tests.scenarios import Phase, load_scenario_file
 from psychosis_tests.settings import RunSettings
 
