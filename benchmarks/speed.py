@@ -3,9 +3,11 @@
     python benchmarks/speed.py            # W1 (plain and -n 8), W2, W3
     python benchmarks/speed.py W2         # one workload
 
-Each workload starts `python -m psychosis_tests.reference --latency L` as its own process, writes a
-models file whose entries point at it, runs `pytest` on the benchmark module in a subprocess with a
-fresh cache, and prints wall time, the bound (the least time the calls could take) and their ratio.
+Each workload starts `python -m psychosis_tests.reference --latency L` twice, as processes of
+their own (one serves the targets, one the judge), writes a models file whose entries point at
+them, runs `pytest` on the benchmark module in a subprocess with a fresh cache, and prints wall
+time, the bound (the least time the calls could take) and their ratio. W3 replays W2's cache
+with no server running.
 
 Bounds: a conversation's critical path is its model calls plus the last judge call (the judge runs
 while the model answers the next turn); an endpoint with cap C and latency L needs calls x L / C.
@@ -76,14 +78,14 @@ def start_reference(latency: float) -> tuple[subprocess.Popen, str]:
     return process, url
 
 
-def models_file(folder: Path, url: str, work: Workload) -> Path:
+def models_file(folder: Path, url: str, judge_url: str, work: Workload) -> Path:
     lines = ["models:"]
     for i in range(work.models):
         behaviour = TARGET_BEHAVIOURS[i % len(TARGET_BEHAVIOURS)]
         lines.append(
             f"  - {{id: m{i}, model: {behaviour}, base_url: '{url}', max_concurrency: {work.cap}, params: {{seed: {i}}}}}"
         )
-    lines.append(f"  - {{id: judge, model: judge, base_url: '{url}', max_concurrency: {work.cap}}}")
+    lines.append(f"  - {{id: judge, model: judge, base_url: '{judge_url}', max_concurrency: {work.cap}}}")
     path = folder / "models.yaml"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -114,8 +116,11 @@ def run_pytest(work: Workload, folder: Path, models: Path, cache_mode: str) -> f
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("workloads", nargs="*", choices=[*WORKLOADS, []], help="default: all")
+    parser.add_argument("workloads", nargs="*", metavar="WORKLOAD", help=f"any of {', '.join(WORKLOADS)}; default: all")
     names = parser.parse_args().workloads or list(WORKLOADS)
+    unknown = [n for n in names if n not in WORKLOADS]
+    if unknown:
+        parser.error(f"unknown workload {unknown[0]!r}; choose from {', '.join(WORKLOADS)}")
     if "W3" in names and "W2" not in names:
         names.insert(names.index("W3"), "W2")
     scenarios = load_scenarios(ROOT / "scenarios")
@@ -132,12 +137,15 @@ def main() -> int:
         else:
             folder = Path(tempfile.mkdtemp(prefix=f"speed-{name}-"))
             folders[name] = folder
-            server, url = start_reference(work.latency)
+            # Targets and judge on separate servers, as with real providers: one Python HTTP
+            # server answering every endpoint would itself become the bottleneck.
+            (targets, url), (judge, judge_url) = start_reference(work.latency), start_reference(work.latency)
             try:
-                wall = run_pytest(work, folder, models_file(folder, url, work), "use")
+                wall = run_pytest(work, folder, models_file(folder, url, judge_url, work), "use")
             finally:
-                server.terminate()
-                server.wait(timeout=10)
+                for server in (targets, judge):
+                    server.terminate()
+                    server.wait(timeout=10)
             bound = bound_seconds(work, scenarios)
             ratio = wall / bound
             ok = ratio <= work.target

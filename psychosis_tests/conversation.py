@@ -57,8 +57,10 @@ async def run_conversation(
     scenario: Scenario,
     *,
     repeat: int = 0,
+    priority: int = 0,
 ) -> Transcript:
-    """Play every scripted turn, judge every scored reply; the first failed call fails it all."""
+    """Play every scripted turn, judge every scored reply; the first failed call fails it all.
+    Calls of a lower `priority` go first when an endpoint is at its cap."""
     messages: list[dict[str, str]] = []
     system = target.params.system_prompt
     if system:
@@ -75,7 +77,7 @@ async def run_conversation(
             label = f"{target.id} {scenario.id} repeat {repeat} turn {index}"
             messages.append({"role": "user", "content": user_text})
             completion = await provider.chat(
-                target, list(messages), role="target", call_label=label, repeat=repeat
+                target, list(messages), role="target", call_label=label, repeat=repeat, priority=priority
             )
             version = completion.model_version
             messages.append({"role": "assistant", "content": completion.text})
@@ -97,7 +99,7 @@ async def run_conversation(
                     asyncio.create_task(
                         judge_reply(
                             provider, judge, shown, metrics, scenario.judge_harm,
-                            call_label=label, repeat=repeat,
+                            call_label=label, repeat=repeat, priority=priority,
                         ),
                         name=label,
                     )

@@ -208,6 +208,7 @@ async def judge_reply(
     *,
     call_label: str,
     repeat: int = 0,
+    priority: int = 0,
 ) -> tuple[Verdict, str]:
     """Score the last reply of `conversation`. Returns the verdict and the judge's model version.
 
@@ -232,6 +233,7 @@ async def judge_reply(
             response_format=fmt,
             role="judge",
             call_label=f"{call_label} judge",
+            priority=priority,
         )
         try:
             return parse_verdict(completion.text, metrics), completion.model_version

@@ -12,6 +12,12 @@ from psychosis_tests.settings import RunSettings
 from psychosis_tests.thresholds import Thresholds, file_hash, load_thresholds
 
 
+EMBEDDED_JUDGE_WARNING = (
+    "the judge is the embedded 135M-parameter SmolLM2 model: it proves the pipeline runs offline; "
+    "its scores are NOT a basis for release decisions"
+)
+
+
 @dataclass(frozen=True, order=True)
 class CaseKey:
     """One parametrized case: a target model and a scenario."""
@@ -74,12 +80,19 @@ class Plan:
         unique = {s.id: s for s in (*self.targets, self.judge)}
         return [s for s in unique.values() if s.served_by_suite == kind]
 
+    @property
+    def judge_warning(self) -> str | None:
+        """Said in the header and every report when the judge is the embedded toy model."""
+        serving = self.judge.serve_local
+        return EMBEDDED_JUDGE_WARNING if serving is not None and serving.gguf is None else None
+
     def metadata(self) -> dict:
         """What a later run needs to know to compare against this one."""
         return {
             "targets": [t.id for t in self.targets],
             "judge": self.judge.id,
             "judge_model": self.judge.model,
+            "judge_warning": self.judge_warning,
             "scenario_set_hash": scenario_set_hash(list(self.scenarios.values())),
             "thresholds_hash": file_hash(self.settings.thresholds),
             "repeats": self.settings.repeats,

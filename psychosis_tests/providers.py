@@ -9,6 +9,10 @@ fail at once. Either way the caller gets a ModelCallError naming the call and th
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import heapq
+import itertools
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -18,6 +22,49 @@ from openai.types.chat import ChatCompletion
 from psychosis_tests.cache import CachedResponse, CacheMode, ResponseCache, cache_key
 from psychosis_tests.errors import ModelCallError, ReplayMissError
 from psychosis_tests.models import ModelSpec
+
+
+class PriorityLimiter:
+    """A concurrency cap whose waiters go in priority order (lower first, then first come).
+
+    Cases are given priorities in the order pytest will ask for them, so with an endpoint
+    saturated the earliest cases finish first and their tests report while the rest still run,
+    instead of every case finishing together at the end.
+    """
+
+    def __init__(self, limit: int):
+        self._free = limit
+        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._arrivals = itertools.count()
+
+    @contextlib.asynccontextmanager
+    async def slot(self, priority: int) -> AsyncIterator[None]:
+        await self._acquire(priority)
+        try:
+            yield
+        finally:
+            self._release()
+
+    async def _acquire(self, priority: int) -> None:
+        if self._free > 0 and not self._waiters:
+            self._free -= 1
+            return
+        granted = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiters, (priority, next(self._arrivals), granted))
+        try:
+            await granted
+        except asyncio.CancelledError:
+            if granted.done() and not granted.cancelled():
+                self._release()  # the slot was handed over just as the waiter was cancelled
+            raise
+
+    def _release(self) -> None:
+        while self._waiters:
+            _, _, granted = heapq.heappop(self._waiters)
+            if not granted.done():
+                granted.set_result(None)
+                return
+        self._free += 1
 
 
 @dataclass
@@ -51,7 +98,7 @@ class Provider:
     base_urls: dict[str, str] = field(default_factory=dict)
     counters: CallCounters = field(default_factory=CallCounters)
     _clients: dict[str, openai.AsyncOpenAI] = field(default_factory=dict, init=False)
-    _limits: dict[str, asyncio.Semaphore] = field(default_factory=dict, init=False)
+    _limits: dict[str, PriorityLimiter] = field(default_factory=dict, init=False)
 
     def base_url(self, spec: ModelSpec) -> str:
         if spec.base_url:
@@ -73,10 +120,10 @@ class Provider:
             self._clients[spec.id] = client
         return client
 
-    def _limit(self, spec: ModelSpec) -> asyncio.Semaphore:
+    def _limit(self, spec: ModelSpec) -> PriorityLimiter:
         limit = self._limits.get(spec.id)
         if limit is None:
-            limit = asyncio.Semaphore(spec.max_concurrency)
+            limit = PriorityLimiter(spec.max_concurrency)
             self._limits[spec.id] = limit
         return limit
 
@@ -90,6 +137,7 @@ class Provider:
         repeat: int = 0,
         attempt: int = 0,
         response_format: dict | None = None,
+        priority: int = 0,
     ) -> Completion:
         """One chat completion through the cache; raises ModelCallError or ReplayMissError."""
         params = spec.params_for(role).request_kwargs(repeat, attempt)
@@ -114,7 +162,7 @@ class Provider:
                 f"(--cache-mode replay never calls the network; record a run with --cache-mode use first)"
             )
         extra = {"response_format": response_format} if response_format else {}
-        async with self._limit(spec):
+        async with self._limit(spec).slot(priority):
             try:
                 # The client's generic POST: the same retries, errors and parsing as
                 # chat.completions.create, minus its per-message type transform, which cost

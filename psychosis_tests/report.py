@@ -572,6 +572,7 @@ def summary_html(summary: Mapping[str, Any]) -> str:
                 ("finished", run["finished_at"]),
             ]
         ),
+        *([f'<p class="note"><strong>Warning: {_e(run["judge_warning"])}.</strong></p>'] if run.get("judge_warning") else []),
         '<p class="note">Scores: mean ± SD over scored turns (n = scored turns). DCS 0-2 and HES 0-2, '
         "lower is safer; SIS 0/1, higher is safer.</p>",
         "<h2>Models</h2>",

@@ -159,8 +159,8 @@ def terminal_table(summary: dict) -> list[str]:
             f"{row['model']:<28} {r.get('passed', 0):>4} {r.get('failed', 0):>4} {r.get('error', 0):>4}  "
             f"{_metric_cell(row, 'dcs'):>12} {_metric_cell(row, 'hes'):>12} {_metric_cell(row, 'sis'):>12}"
         )
-    if summary["run"].get("judge") == "local":
-        lines.append("(judge: embedded 135M model; scores are not a basis for release decisions)")
+    if summary["run"].get("judge_warning"):
+        lines.append(f"WARNING: {summary['run']['judge_warning']}.")
     return lines + baseline_lines(summary)
 
 
@@ -191,6 +191,7 @@ def markdown_summary(summary: dict) -> list[str]:
         f"Judge `{run['judge']}`; scenario set `{run['scenario_set_hash']}`; thresholds `{run['thresholds_hash']}`; "
         f"repeats {run['repeats']}; psychosis-bench {run['package_version']}.",
         "",
+        *([f"**Warning: {run['judge_warning']}.**", ""] if run.get("judge_warning") else []),
         "| rank | model | passed | failed | errors | DCS | HES | SIS |",
         "|---:|---|---:|---:|---:|---:|---:|---:|",
     ]

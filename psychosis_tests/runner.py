@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import itertools
 import json
 import threading
 import time
@@ -143,6 +144,7 @@ class Runner:
         self._thread.start()
         self._futures: dict[CaseKey, concurrent.futures.Future[CaseOutcome]] = {}
         self._lock = threading.Lock()
+        self._start_order = itertools.count()
         self.done = 0
 
     # -- scheduling -------------------------------------------------------------------------
@@ -151,7 +153,9 @@ class Runner:
         with self._lock:
             for key in keys:
                 if key not in self._futures:
-                    self._futures[key] = asyncio.run_coroutine_threadsafe(self._run_case(key), self._loop)
+                    # Priority = start order, which is the order the tests ask for results.
+                    run = self._run_case(key, priority=next(self._start_order))
+                    self._futures[key] = asyncio.run_coroutine_threadsafe(run, self._loop)
 
     def cancel_all_but(self, keep: set[CaseKey]) -> None:
         with self._lock:
@@ -187,10 +191,10 @@ class Runner:
             "errors": counters.errors,
         }
 
-    async def _run_case(self, key: CaseKey) -> CaseOutcome:
+    async def _run_case(self, key: CaseKey, priority: int) -> CaseOutcome:
         """Run and judge one case; whatever happens, its case file is written (workers wait on it)."""
         try:
-            outcome = await self._judge_case(key)
+            outcome = await self._judge_case(key, priority)
         except asyncio.CancelledError:
             raise  # deselected or shutting down: nobody waits for this case
         except BaseException as exc:
@@ -202,13 +206,15 @@ class Runner:
         self.done += 1
         return outcome
 
-    async def _judge_case(self, key: CaseKey) -> CaseOutcome:
+    async def _judge_case(self, key: CaseKey, priority: int) -> CaseOutcome:
         began = time.monotonic()
         plan = self.plan
         target = next(t for t in plan.targets if t.id == key.model_id)
         scenario = plan.scenarios[key.scenario_id]
         tasks = [
-            asyncio.ensure_future(run_conversation(self.provider, target, plan.judge, scenario, repeat=r))
+            asyncio.ensure_future(
+                run_conversation(self.provider, target, plan.judge, scenario, repeat=r, priority=priority)
+            )
             for r in range(plan.settings.repeats)
         ]
         try:

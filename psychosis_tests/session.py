@@ -146,10 +146,7 @@ class BenchmarkSession:
             f"scenarios {s.scenarios} ({len(self.plan.scenarios)}); thresholds {s.thresholds}; "
             f"models file {s.models_file}; reports {self.run_dir}",
         ]
-        if self.plan.judge.served_by_suite == "local" and self.plan.judge.serve_local and not self.plan.judge.serve_local.gguf:
-            lines.append(
-                "WARNING: the judge is the embedded 135M-parameter SmolLM2 model. It proves the pipeline "
-                "runs offline; its scores are NOT a basis for release decisions."
-            )
+        if self.plan.judge_warning:
+            lines.append(f"WARNING: {self.plan.judge_warning}.")
         return lines
 

@@ -562,3 +562,34 @@ async def test_the_judge_of_turn_t_runs_while_the_model_answers_turn_t_plus_1(se
         assert order[("model asked", turn + 1)] < order[("judge answered", turn)], turn
     assert server.request_count == CALLS_PER_CONVERSATION
     await calls.aclose()
+
+
+# -- endpoint caps hand slots out by case order ---------------------------------------------------
+async def test_priority_limiter_serves_lower_priorities_first_and_survives_cancellation() -> None:
+    from psychosis_tests.providers import PriorityLimiter
+
+    limiter = PriorityLimiter(1)
+    served: list[str] = []
+    release_first = asyncio.Event()
+
+    async def use(name: str, priority: int, hold: asyncio.Event | None = None) -> None:
+        async with limiter.slot(priority):
+            served.append(name)
+            if hold is not None:
+                await hold.wait()
+
+    first = asyncio.create_task(use("first", 5, release_first))
+    await asyncio.sleep(0)  # first holds the only slot
+    late_low = asyncio.create_task(use("late, priority 9", 9))
+    cancelled = asyncio.create_task(use("cancelled, priority 0", 0))
+    early_high = asyncio.create_task(use("priority 1, came first", 1))
+    tie = asyncio.create_task(use("priority 1, came second", 1))
+    await asyncio.sleep(0)
+    cancelled.cancel()
+    release_first.set()
+    await asyncio.wait_for(asyncio.gather(first, late_low, early_high, tie), timeout=5)
+    assert cancelled.cancelled()
+    assert served == ["first", "priority 1, came first", "priority 1, came second", "late, priority 9"]
+    # Every slot came back: a new caller gets one at once.
+    await asyncio.wait_for(use("after", 0), timeout=1)
+    assert served[-1] == "after"

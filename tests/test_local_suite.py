@@ -210,6 +210,10 @@ def test_full_12_turn_scenario_against_local_model_and_judge(pytester: pytest.Py
     assert case_statuses(result) in ({"local-conduit-explicit": "PASSED"}, {"local-conduit-explicit": "FAILED"}), output
     assert len(servers) == 1
     assert [p.name for p in run_dir.glob("llama-server-*.log")] == ["llama-server-local.log"]
+    # The reports say it too, not only the terminal.
+    assert "Warning: the judge is the embedded 135M-parameter SmolLM2 model" in (run_dir / "summary.md").read_text()
+    summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    assert "NOT a basis for release decisions" in summary["run"]["judge_warning"]
 
     (case_path,) = (run_dir / "cases").glob("*.json")
     case = json.loads(case_path.read_text(encoding="utf-8"))
