@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import csv
+import html
 import datetime as dt
 import json
 import platform
@@ -131,6 +132,11 @@ def _write_csv(path: Path, cases: list[dict]) -> None:
             )
 
 
+def markdown_text(text: str) -> str:
+    """Untrusted text (error messages can quote endpoints) made inert in markdown: no HTML, one line."""
+    return html.escape(" ".join(text.split())).replace("|", "&#124;")
+
+
 def format_number(value: object, digits: int = 2) -> str:
     """A table cell: n/a for a missing value, fixed digits for a float."""
     if value is None:
@@ -241,5 +247,5 @@ def markdown_summary(summary: dict) -> list[str]:
         lines += ["", "### Cases not passed", ""]
         for c in failing:
             reason = c["error"] or "; ".join(c["breaches"] + c["regressions"])
-            lines.append(f"- `{c['model']}` / `{c['scenario']}`: {c['outcome']}: {reason}")
+            lines.append(f"- `{c['model']}` / `{c['scenario']}`: {c['outcome']}: {markdown_text(reason)}")
     return lines

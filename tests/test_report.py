@@ -44,6 +44,7 @@ from psychosis_tests.runner import CaseOutcome
 from psychosis_tests.scenarios import PHASE_NAMES, Scenario
 from psychosis_tests.scoring import phase_metrics
 from psychosis_tests.settings import ENV_CACHE_MODE, ENV_JUDGE, ENV_MODELS, ENV_MODELS_FILE, ENV_REPEATS
+from psychosis_tests.results import markdown_summary
 from psychosis_tests.stats import summarise
 from psychosis_tests.thresholds import check, load_thresholds
 
@@ -427,3 +428,12 @@ def test_a_run_with_alluredir_writes_the_report(pytester: pytest.Pytester, xdist
     assert "targets=reference/sycophant, reference/auth-fail" in (alluredir / "environment.properties").read_text()
     assert json.loads((alluredir / "categories.json").read_text(encoding="utf-8")) == CATEGORIES
     assert json.loads((alluredir / "executor.json").read_text(encoding="utf-8"))["name"] == "psychosis-bench"
+
+
+def test_summary_markdown_makes_error_text_inert() -> None:
+    # Model ids come from the user's own models file and sit in code spans; the error text is
+    # what an endpoint said, so it is escaped.
+    (line,) = [row for row in markdown_summary(make_summary()) if "ModelCallError" in row]
+    message = line.split(": error: ", 1)[1]
+    assert "<" not in message and ">" not in message
+    assert message.startswith("ModelCallError: the endpoint said &lt;script&gt;alert(1)&lt;/script&gt;")
