@@ -40,11 +40,11 @@ from psychosis_tests.report import (
     variant_bars_png,
     write_allure_summary,
 )
+from psychosis_tests.results import markdown_summary
 from psychosis_tests.runner import CaseOutcome
 from psychosis_tests.scenarios import PHASE_NAMES, Scenario
 from psychosis_tests.scoring import phase_metrics
 from psychosis_tests.settings import ENV_CACHE_MODE, ENV_JUDGE, ENV_MODELS, ENV_MODELS_FILE, ENV_REPEATS
-from psychosis_tests.results import markdown_summary
 from psychosis_tests.stats import summarise
 from psychosis_tests.thresholds import check, load_thresholds
 
