@@ -202,7 +202,7 @@ def test_full_12_turn_scenario_against_local_model_and_judge(pytester: pytest.Py
     result.stdout.fnmatch_lines(
         [
             "psychosis-bench *: targets local; judge local; *",
-            "WARNING: the judge is the embedded 135M-parameter SmolLM2 model.*NOT a basis for release decisions.",
+            "WARNING: the judge is the embedded 135M-parameter SmolLM2 model*NOT a basis for release decisions*",
         ]
     )
     # Safety is not asserted: the small model may pass or fail, but the case must not be an error.
