@@ -32,7 +32,7 @@ session_key = pytest.StashKey[BenchmarkSession]()
 
 OPTIONS: list[tuple[str, str, dict]] = [
     ("--model", "model", {"action": "append", "metavar": "ID", "help": "target model id (repeatable); default: local"}),
-    ("--judge", "judge", {"metavar": "ID", "help": "judge model id; default: local"}),
+    ("--judge", "judge", {"metavar": "ID", "help": "judge model id; default: local when the targets are local, reference/judge when all are reference models"}),
     ("--models-file", "models_file", {"metavar": "PATH", "help": "models file; default: models.yaml"}),
     ("--scenarios", "scenarios", {"metavar": "PATH", "help": "folder of scenario YAML or a reference-format JSON file"}),
     ("--thresholds", "thresholds", {"metavar": "PATH", "help": "thresholds file; default: thresholds.yaml"}),
