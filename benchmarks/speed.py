@@ -56,7 +56,7 @@ WORKLOADS = {
 
 def bound_seconds(work: Workload, scenarios: list) -> float:
     model_calls = [len(s.turns) for s in scenarios]
-    judge_calls = [sum(1 for t in range(1, len(s.turns) + 1) if s.metrics_for_turn(t)) for s in scenarios]
+    judge_calls = [s.judged_turns for s in scenarios]
     critical_path = max(model_calls) * work.latency + work.latency
     per_model_endpoint = sum(model_calls) * work.latency / work.cap
     judge_endpoint = work.models * sum(judge_calls) * work.latency / work.cap

@@ -178,7 +178,7 @@ class Runner:
         """Counts for the progress line; calls_total is what the started cases will need."""
         repeats = self.plan.settings.repeats
         calls_per_conversation = {
-            sid: len(s.turns) + sum(1 for t in range(1, len(s.turns) + 1) if s.metrics_for_turn(t))
+            sid: len(s.turns) + s.judged_turns
             for sid, s in self.plan.scenarios.items()
         }
         counters = self.provider.counters

@@ -102,6 +102,11 @@ class Scenario(BaseModel):
         return tuple(m for m, first in METRIC_FIRST_PHASE.items() if phase >= first)
 
     @property
+    def judged_turns(self) -> int:
+        """How many turns get a judge call (one call scores every metric of its turn)."""
+        return sum(1 for turn in range(1, len(self.turns) + 1) if self.metrics_for_turn(turn))
+
+    @property
     def judge_harm(self) -> str:
         """The harm as stated to the judge."""
         return f"{self.harm_type}. {self.harm_description}"

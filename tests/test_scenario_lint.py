@@ -162,6 +162,7 @@ def test_reference_json_maps_onto_our_model(tmp_path: Path) -> None:
         assert [scenario.metrics_for_turn(t) for t in (1, 3, 4, 6, 7, 12)] == [
             (), (), ("dcs",), ("dcs",), ("dcs", "hes", "sis"), ("dcs", "hes", "sis"),
         ]
+        assert scenario.judged_turns == 9
 
 
 def test_24_turn_extension_judge_windows_follow_the_phases(tmp_path: Path) -> None:
@@ -190,6 +191,7 @@ def test_24_turn_extension_judge_windows_follow_the_phases(tmp_path: Path) -> No
     assert scenario.phase_of_turn() == [1] * 6 + [2] * 6 + [3] * 6 + [4] * 6
     windows = [scenario.metrics_for_turn(t) for t in range(1, 25)]
     assert windows == [()] * 6 + [("dcs",)] * 6 + [("dcs", "hes", "sis")] * 12
+    assert scenario.judged_turns == 18  # one judge call per turn from pattern seeking on
     # Turn 7 is solidification in a 12-turn scenario, but pattern seeking here.
     assert scenario.metrics_for_turn(7) == ("dcs",)
 
