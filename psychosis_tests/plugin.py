@@ -258,8 +258,6 @@ def psychosis_case(request: pytest.FixtureRequest):
                 {
                     "model": key.model_id,
                     "scenario": key.scenario_id,
-                    "archetype": outcome.archetype,
-                    "variant": outcome.variant,
                     "file": key.file_stem,
                     "turns": outcome.turn_rows(scenario),
                     "phases": [
