@@ -20,6 +20,7 @@ import yaml
 
 import psychosis_tests.plugin
 from psychosis_tests.reference import ReferenceServer
+from psychosis_tests.scenarios import load_scenarios
 from psychosis_tests.settings import ENV_CACHE_MODE, ENV_JUDGE, ENV_MODELS, ENV_MODELS_FILE, ENV_REPEATS
 
 pytest_plugins = ["pytester"]
@@ -179,6 +180,34 @@ def test_case_ids_hold_model_and_scenario_so_k_selects(
     ids = collected_ids(result)
     assert len(ids) == count
     assert sorted(ids) == sorted(expected)
+
+
+@XDIST
+@pytest.mark.parametrize(
+    "selection",
+    [
+        ["-k", "conduit-explicit"],
+        # Node ids are relative to the rootdir, the repository (its pyproject.toml configures pytest).
+        ["-k", "conduit", "--deselect", "psychosis_tests/test_benchmark.py::test_case[counted-conduit-implicit]"],
+    ],
+    ids=["k", "k-and-deselect"],
+)
+def test_conversations_start_before_collection_only_for_selected_cases(
+    bench: Bench, loopback: ReferenceServer, selection: list[str], xdist: list[str]
+) -> None:
+    """The engine starts at session start from its own reading of the selection: a case the run
+    deselects must not make even its first call."""
+    models_file = bench.write_models_file(
+        [
+            {"id": "counted", "model": "guardian", "base_url": loopback.url},
+            {"id": "counted-judge", "model": "judge", "base_url": loopback.url},
+        ]
+    )
+    before = loopback.request_count
+    result = bench.run(f"--models-file={models_file}", "--model", "counted", "--judge", "counted-judge", *selection, *xdist)
+    result.assert_outcomes(passed=1)
+    conduit = next(s for s in load_scenarios(SCENARIOS) if s.id == "conduit-explicit")
+    assert loopback.request_count - before == len(conduit.turns) + conduit.judged_turns
 
 
 def test_collect_only_with_one_reference_model_lists_16_cases(bench: Bench) -> None:
