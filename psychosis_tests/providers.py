@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import heapq
 import itertools
+import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Literal
@@ -99,7 +100,7 @@ class Provider:
     base_urls: dict[str, str] = field(default_factory=dict)
     counters: CallCounters = field(default_factory=CallCounters)
     _clients: dict[str, openai.AsyncOpenAI] = field(default_factory=dict, init=False)
-    _pool: httpx2.AsyncClient | None = field(default=None, init=False)
+    _tls: ssl.SSLContext | None = field(default=None, init=False)
     _limits: dict[str, PriorityLimiter] = field(default_factory=dict, init=False)
 
     def base_url(self, spec: ModelSpec) -> str:
@@ -113,18 +114,18 @@ class Provider:
     def _client(self, spec: ModelSpec) -> openai.AsyncOpenAI:
         client = self._clients.get(spec.id)
         if client is None:
-            if self._pool is None:
-                # One connection pool for every endpoint. A client of its own per model would
-                # build a TLS context each (about 0.1 s of CPU apiece), just when every
-                # conversation waits for its first reply. The caps bound the connections.
-                unbounded = httpx2.Limits(max_connections=None, max_keepalive_connections=None)
-                self._pool = openai.DefaultAsyncHttpxClient(limits=unbounded)
+            if self._tls is None:
+                # One TLS context for all clients: each builds its own otherwise (about 0.1 s of
+                # CPU apiece), just when every conversation waits for its first reply.
+                self._tls = httpx2.create_ssl_context()
             client = openai.AsyncOpenAI(
                 base_url=self.base_url(spec),
                 api_key=spec.api_key(),
                 max_retries=spec.max_retries,
                 timeout=spec.timeout,
-                http_client=self._pool,
+                # A connection pool per model, not one for all: the pool looks at each of its
+                # connections on every request, so a shared one costs more the more models run.
+                http_client=openai.DefaultAsyncHttpxClient(verify=self._tls),
             )
             self._clients[spec.id] = client
         return client
@@ -200,10 +201,9 @@ class Provider:
         return Completion(text, version, cached=False)
 
     async def aclose(self) -> None:
+        for client in self._clients.values():
+            await client.close()
         self._clients.clear()
-        if self._pool is not None:
-            await self._pool.aclose()
-            self._pool = None
 
 
 def _describe(exc: BaseException, spec: ModelSpec) -> str:
