@@ -8,6 +8,7 @@ an unknown option would be taken for a test path.
 
 from __future__ import annotations
 
+import gc
 import json
 import re
 import shutil
@@ -449,6 +450,24 @@ def test_effective_settings_in_the_header(bench: Bench) -> None:
             f"scenarios {SCENARIOS} (16); thresholds {THRESHOLDS};*",
         ]
     )
+
+
+def test_a_run_unfreezes_what_the_run_before_it_froze(bench: Bench) -> None:
+    """Objects are frozen out of the garbage collector's reach after a run; a later run in the same
+    process (as here, in-process pytester) must give them back first, or they would pile up."""
+
+    class FreezeCount:
+        at_session_start: int | None = None
+
+        def pytest_sessionstart(self) -> None:
+            self.at_session_start = gc.get_freeze_count()
+
+    options = ("--collect-only", "-q", "--model", "reference/guardian")
+    assert bench.run(*options).ret == pytest.ExitCode.OK
+    assert gc.get_freeze_count() > 0
+    probe = FreezeCount()
+    assert bench.pytester.runpytest(*bench.args(*options), plugins=[probe]).ret == pytest.ExitCode.OK
+    assert probe.at_session_start == 0
 
 
 def test_other_test_files_do_not_activate_the_plugin(pytester: pytest.Pytester) -> None:
