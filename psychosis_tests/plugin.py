@@ -193,15 +193,13 @@ def preselected_cases(config: pytest.Config, bench: BenchmarkSession) -> list[Ca
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
-    """xdist controller: a worker's collection names the selected cases for sure; start any not
-    started yet and stop any started by a wrong guess (before they cost more calls)."""
+    """xdist controller: a worker's collection settles which cases the run has."""
     session = node.config.stash.get(session_key, None)
     if session is None or node.config.option.collectonly:
         return
     by_id = {key.test_id: key for key in session.plan.cases()}
     collected = [by_id[test_id] for test_id in (i.partition("[")[2][:-1] for i in ids) if test_id in by_id]
-    session.start(collected)
-    session.cancel_all_but(collected)
+    session.settle(collected)
 
 
 # -- collection -----------------------------------------------------------------------------
@@ -239,14 +237,12 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Without xdist: the collected items name the selected cases for sure; start any not started
-    at session start and stop any started by a wrong guess."""
+    """Without xdist: the collected items settle which cases the run has."""
     bench = session.config.stash.get(session_key, None)
     if bench is None or bench.is_worker or session.config.option.collectonly:
         return  # --collect-only lists cases; it must not start (and pay for) conversations
     collected = [k for k in map(_case_key, session.items) if k is not None]
-    bench.start(collected)
-    bench.cancel_all_but(collected)
+    bench.settle(collected)
 
 
 @pytest.fixture

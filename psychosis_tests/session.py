@@ -105,8 +105,10 @@ class BenchmarkSession:
         if keys:
             self.runner.start(keys)
 
-    def cancel_all_but(self, keys: list[CaseKey]) -> None:
-        """Stop started cases that are not among these (deselected after a guess)."""
+    def settle(self, keys: list[CaseKey]) -> None:
+        """The run's selection is now known for sure: start these cases if they are not running
+        yet, and stop any other case started on a guess (before it costs more calls)."""
+        self.start(keys)
         if self._runner is not None:
             self._runner.cancel_all_but(set(keys))
 
