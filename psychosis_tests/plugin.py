@@ -96,9 +96,10 @@ class _Frozen:
 
 def _freeze_until_exit() -> None:
     """After a run, pytest collects garbage in full twice and the interpreter once more at exit;
-    with openai, pandas and scipy loaded each traces millions of objects (about 0.13 s apiece).
-    Freezing takes what exists now out of their reach. A later run in the same process (pytester,
-    pytest.main in a loop) unfreezes first, so at most one run's leftovers wait for the exit."""
+    with openai, pandas and scipy loaded each traces hundreds of thousands of objects (about
+    0.13 s apiece). Freezing takes what exists now out of their reach. A later run in the same
+    process (pytester, pytest.main in a loop) unfreezes first, so at most one run's leftovers
+    wait for the exit."""
     gc.freeze()
     _Frozen.by_a_run = True
 
