@@ -3,7 +3,7 @@
     python benchmarks/speed.py            # W1 (plain and -n 8), W2, W3
     python benchmarks/speed.py W2         # one workload
 
-Each workload starts `python -m psychosis_tests.reference --latency L` twice, as processes of
+Each workload starts `python -m psychosis_tests.servers.reference_server --latency L` twice, as processes of
 their own (one serves the targets, one the judge), writes a models file whose entries point at
 them, runs `pytest` on the benchmark module in a subprocess with a fresh cache, and prints wall
 time, the bound (the least time the calls could take) and their ratio. W3 replays W2's cache
@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from psychosis_tests.scenarios import load_scenarios  # noqa: E402
+from psychosis_tests.inputs.scenarios import load_scenarios  # noqa: E402
 
 BENCHMARK_MODULE = ROOT / "psychosis_tests" / "test_benchmark.py"
 TARGET_BEHAVIOURS = ("sycophant", "guardian", "keyword-guard", "noisy")
@@ -65,7 +65,7 @@ def bound_seconds(work: Workload, scenarios: list) -> float:
 
 def start_reference(latency: float) -> tuple[subprocess.Popen, str]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "psychosis_tests.reference", "--port", "0", "--latency", str(latency)],
+        [sys.executable, "-m", "psychosis_tests.servers.reference_server", "--port", "0", "--latency", str(latency)],
         stdout=subprocess.PIPE,
         text=True,
         cwd=ROOT,

@@ -11,18 +11,16 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from psychosis_tests.baseline import (
-    Baseline,
-    check_compatible,
+from psychosis_tests.analysis.baseline import (
     compare_runs,
-    comparison_markdown,
     effective_tolerance,
-    load_results,
     tolerance_from_file,
 )
 from psychosis_tests.errors import ConfigError
-from psychosis_tests.judge import METRIC_MAX, METRICS
-from psychosis_tests.thresholds import RegressionSettings
+from psychosis_tests.inputs.method import METRIC_MAX, METRICS
+from psychosis_tests.inputs.results_file import Baseline, check_compatible, load_results
+from psychosis_tests.inputs.thresholds import RegressionSettings
+from psychosis_tests.reports.tables import comparison_markdown
 
 EXIT_OK, EXIT_REGRESSED, EXIT_BAD_INPUT = 0, 1, 2
 DEFAULT_THRESHOLDS = Path("thresholds.yaml")

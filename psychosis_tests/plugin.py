@@ -17,13 +17,14 @@ from typing import ClassVar
 import pytest
 from syrupy.extensions.json import JSONSnapshotExtension
 
-from psychosis_tests.baseline import profile_changes
+from psychosis_tests.analysis.baseline import profile_changes
+from psychosis_tests.engine.plan import CaseKey
+from psychosis_tests.engine.progress import ProgressReporter
 from psychosis_tests.errors import CaseError, PsychosisBenchError
-from psychosis_tests.plan import CaseKey
-from psychosis_tests.progress import ProgressReporter
-from psychosis_tests.results import preload_statistics, terminal_table, write_run_results
+from psychosis_tests.inputs.settings import resolve
+from psychosis_tests.reports.run_files import preload_statistics, write_run_results
+from psychosis_tests.reports.tables import terminal_table
 from psychosis_tests.session import BenchmarkSession
-from psychosis_tests.settings import resolve
 
 BENCHMARK_MODULE = Path(__file__).with_name("test_benchmark.py").resolve()
 CASE_FIXTURE = "psychosis_case"
@@ -131,7 +132,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if workerinput is None and not config.option.collectonly:
         config.pluginmanager.register(ResultCollector(session), "psychosis-results")
     if _alluredir(config):
-        from psychosis_tests.report import install_stable_case_ids
+        from psychosis_tests.reports.allure import install_stable_case_ids
 
         config.add_cleanup(install_stable_case_ids())
 
@@ -230,7 +231,7 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
     key = _case_key(item)
     if bench is None or key is None or not _alluredir(item.config):
         return
-    from psychosis_tests.report import describe_case
+    from psychosis_tests.reports.allure import describe_case
 
     payload = next((json.loads(v) for k, v in item.user_properties if k == RESULT_PROPERTY), {})
     outcome = (getattr(item, "funcargs", None) or {}).get(CASE_FIXTURE)
@@ -390,7 +391,7 @@ class ResultCollector:
         self.summary = write_run_results(self.bench)
         alluredir = _alluredir(session.config)
         if alluredir:
-            from psychosis_tests.report import write_allure_summary
+            from psychosis_tests.reports.allure import write_allure_summary
 
             write_allure_summary(Path(alluredir), self.summary, self.bench.run_dir)
 

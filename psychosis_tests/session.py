@@ -11,33 +11,26 @@ import datetime as dt
 import json
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from psychosis_tests import __version__
-from psychosis_tests.local import LocalServer, LocalServerConfig, default_gguf_path, start_local_server
-from psychosis_tests.progress import format_line
-from psychosis_tests.plan import CaseKey, Plan
-from psychosis_tests.runner import CaseOutcome, Runner, wait_for_case_file
-from psychosis_tests.settings import RunSettings
+from psychosis_tests.analysis.outcome import CaseOutcome, evaluate_case
+from psychosis_tests.engine.plan import CaseKey, Plan
+from psychosis_tests.engine.progress import format_line
+from psychosis_tests.engine.runner import Runner, wait_for_case_file
+from psychosis_tests.inputs.settings import RunSettings
+from psychosis_tests.reports.run_files import STATUS_RANK, CaseRecord
+from psychosis_tests.servers.local import (
+    LocalServer,
+    LocalServerConfig,
+    default_gguf_path,
+    start_local_server,
+)
 
 
 def new_run_id() -> str:
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     return f"{stamp}-{secrets.token_hex(2)}"
-
-
-STATUS_RANK = {"passed": 0, "skipped": 0, "failed": 1, "error": 2}
-
-
-@dataclass
-class CaseRecord:
-    """What the controller keeps of one finished case."""
-
-    nodeid: str
-    status: str
-    """passed | failed | error"""
-    payload: dict = field(default_factory=dict)
 
 
 class BenchmarkSession:
@@ -97,7 +90,9 @@ class BenchmarkSession:
         if self.is_worker:
             raise RuntimeError("xdist workers do not run conversations; the controller does")
         if self._runner is None:
-            self._runner = Runner(self.plan, run_dir=self.run_dir, base_urls=self.base_urls)
+            self._runner = Runner(
+                self.plan, run_dir=self.run_dir, evaluate=evaluate_case, base_urls=self.base_urls
+            )
         return self._runner
 
     def start(self, keys: list[CaseKey]) -> None:
@@ -117,7 +112,7 @@ class BenchmarkSession:
     ) -> CaseOutcome:
         """Block until this case is judged; raises CaseError when it could not be."""
         if self.is_worker:
-            return wait_for_case_file(self.run_dir, key)
+            return CaseOutcome.model_validate(wait_for_case_file(self.run_dir, key))
         return self.runner.outcome(key, tick=tick, every=every)
 
     def progress_line(self) -> str:
@@ -151,4 +146,3 @@ class BenchmarkSession:
         if self.plan.judge_warning:
             lines.append(f"WARNING: {self.plan.judge_warning}.")
         return lines
-

@@ -5,9 +5,11 @@ when any phase breaks its threshold, regressed against the --baseline run, or (w
 --profile-snapshots) no longer matches its profile snapshot.
 """
 
+from __future__ import annotations
+
 import pytest
 
-from psychosis_tests.baseline import phase_profile
+from psychosis_tests.analysis.baseline import phase_profile
 
 
 def test_case(psychosis_case, psychosis_profile_snapshot):

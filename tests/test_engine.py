@@ -18,17 +18,19 @@ from typing import Any
 
 import pytest
 
-from psychosis_tests.cache import CachedResponse, ResponseCache, cache_key
-from psychosis_tests.conversation import run_conversation
+from psychosis_tests.analysis.outcome import evaluate_case
+from psychosis_tests.engine.cache import CachedResponse, ResponseCache, cache_key
+from psychosis_tests.engine.conversation import run_conversation
+from psychosis_tests.engine.judge import judge_reply
+from psychosis_tests.engine.plan import CaseKey, Plan
+from psychosis_tests.engine.providers import Completion, Provider
+from psychosis_tests.engine.runner import Runner
 from psychosis_tests.errors import ModelCallError, ReplayMissError, VerdictError
-from psychosis_tests.judge import judge_reply, parse_verdict, read_judge_request
-from psychosis_tests.models import GenerationParams, ModelSpec
-from psychosis_tests.providers import Completion, Provider
-from psychosis_tests.reference import ReferenceServer
-from psychosis_tests.plan import CaseKey, Plan
-from psychosis_tests.runner import Runner
-from psychosis_tests.scenarios import Phase, load_scenario_file
-from psychosis_tests.settings import RunSettings
+from psychosis_tests.inputs.models import GenerationParams, ModelSpec
+from psychosis_tests.inputs.rubric import parse_verdict, read_judge_request
+from psychosis_tests.inputs.scenarios import Phase, load_scenario_file
+from psychosis_tests.inputs.settings import RunSettings
+from psychosis_tests.servers.reference_server import ReferenceServer
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIO = load_scenario_file(REPO / "scenarios" / "conduit-implicit.yaml")
@@ -311,7 +313,7 @@ def test_runner_replays_a_recorded_run_without_any_server_and_off_keeps_no_cache
             cache_path=cache_path,
         )
         plan = Plan.load(settings)
-        with Runner(plan, run_dir=tmp_path / "reports" / mode) as runner:
+        with Runner(plan, run_dir=tmp_path / "reports" / mode, evaluate=evaluate_case) as runner:
             outcome = runner.outcome(CaseKey("reference/keyword-guard", "conduit-implicit"))
             return runner, outcome
 
@@ -336,7 +338,7 @@ PROCESSES = 4
 # not import this test module (and the analysis libraries behind it) four times.
 WRITER = """
 from pathlib import Path
-from psychosis_tests.cache import CachedResponse, ResponseCache
+from psychosis_tests.engine.cache import CachedResponse, ResponseCache
 
 cache = ResponseCache(Path(path))
 go.wait()
@@ -566,7 +568,7 @@ async def test_the_judge_of_turn_t_runs_while_the_model_answers_turn_t_plus_1(se
 
 # -- endpoint caps hand slots out by case order ---------------------------------------------------
 async def test_priority_limiter_serves_lower_priorities_first_and_survives_cancellation() -> None:
-    from psychosis_tests.providers import PriorityLimiter
+    from psychosis_tests.engine.providers import PriorityLimiter
 
     limiter = PriorityLimiter(1)
     served: list[str] = []

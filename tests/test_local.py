@@ -16,7 +16,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from psychosis_tests.errors import LocalModelError, LocalServerError
-from psychosis_tests.local import (
+from psychosis_tests.servers.local import (
     LocalServerConfig,
     check_gguf,
     default_gguf_path,
@@ -142,7 +142,7 @@ def test_taken_port_is_named(listening_socket: socket.socket) -> None:
 def test_child_command_line_reports_one_line_and_exit_code(tmp_path: Path) -> None:
     missing = tmp_path / "absent.gguf"
     result = subprocess.run(
-        [sys.executable, "-m", "psychosis_tests.local", "serve", f"--gguf={missing}"],
+        [sys.executable, "-m", "psychosis_tests.servers.local_process", "serve", f"--gguf={missing}"],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -174,7 +174,7 @@ def test_dead_server_is_reported_with_its_signal() -> None:
 
 ORPHANING_PARENT = """
 import sys, time
-from psychosis_tests.local import LocalServerConfig, default_gguf_path, start_local_server
+from psychosis_tests.servers.local_process import LocalServerConfig, default_gguf_path, start_local_server
 server = start_local_server(LocalServerConfig(gguf=default_gguf_path(), {small}))
 print(server.pid, flush=True)
 time.sleep(600)

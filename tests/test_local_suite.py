@@ -2,7 +2,7 @@
 
 These runs use the real plugin through pytester with no --model and no --judge, so the defaults
 (target `local`, judge `local`) apply and the controller starts one llama.cpp child process
-(`python -m psychosis_tests.local serve`). Nothing here asserts safety outcomes: a 135M model may
+(`python -m psychosis_tests.servers.local_process serve`). Nothing here asserts safety outcomes: a 135M model may
 pass or fail a scenario. What is asserted is that the pipeline works: every turn has a reply,
 every scored turn a schema-valid verdict, and the run serves through exactly one server that is
 gone when the run is over, also with xdist workers.
@@ -22,19 +22,25 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from filelock import FileLock
 import pytest
 import scipy.stats  # noqa: F401  (imported once here: in-process pytester runs cannot reload numpy)
+from filelock import FileLock
 
 import psychosis_tests.plugin
-from psychosis_tests.judge import Verdict
-from psychosis_tests.settings import ENV_CACHE_MODE, ENV_JUDGE, ENV_MODELS, ENV_MODELS_FILE, ENV_REPEATS
+from psychosis_tests.inputs.rubric import Verdict
+from psychosis_tests.inputs.settings import (
+    ENV_CACHE_MODE,
+    ENV_JUDGE,
+    ENV_MODELS,
+    ENV_MODELS_FILE,
+    ENV_REPEATS,
+)
 
 pytest_plugins = ["pytester"]
 
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARK = str(psychosis_tests.plugin.BENCHMARK_MODULE)
-SERVER_ARGV = ["-m", "psychosis_tests.local", "serve"]
+SERVER_ARGV = ["-m", "psychosis_tests.servers.local_process", "serve"]
 POLL_SECONDS = 0.1
 OUTCOME_LINE = re.compile(r"^(PASSED|FAILED|ERROR) \S+::test_case\[([^\]]+)\]")
 
@@ -98,7 +104,7 @@ def _is_local_server(argv: list[str]) -> bool:
 
 
 def local_server_pids() -> set[int]:
-    """Every live `python -m psychosis_tests.local serve` process on the machine."""
+    """Every live `python -m psychosis_tests.servers.local_process serve` process on the machine."""
     pids = (int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit())
     return {pid for pid in pids if _is_local_server(_argv(pid))}
 

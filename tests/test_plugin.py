@@ -20,9 +20,15 @@ import scipy.stats  # noqa: F401  (see below)
 import yaml
 
 import psychosis_tests.plugin
-from psychosis_tests.reference import ReferenceServer
-from psychosis_tests.scenarios import load_scenarios
-from psychosis_tests.settings import ENV_CACHE_MODE, ENV_JUDGE, ENV_MODELS, ENV_MODELS_FILE, ENV_REPEATS
+from psychosis_tests.inputs.scenarios import load_scenarios
+from psychosis_tests.inputs.settings import (
+    ENV_CACHE_MODE,
+    ENV_JUDGE,
+    ENV_MODELS,
+    ENV_MODELS_FILE,
+    ENV_REPEATS,
+)
+from psychosis_tests.servers.reference_server import ReferenceServer
 
 pytest_plugins = ["pytester"]
 # In-process pytester runs drop the modules each run imported; numpy's extension modules cannot be

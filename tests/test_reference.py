@@ -17,10 +17,20 @@ from pathlib import Path
 import openai
 import pytest
 
-from psychosis_tests.explicit_terms import find_explicit_terms
-from psychosis_tests.judge import Verdict, build_judge_messages, parse_verdict, response_format
-from psychosis_tests.models import REFERENCE_FAULT_MODELS, REFERENCE_MODELS
-from psychosis_tests.reference import JUDGE_GARBAGE_REPLY, SERVED_MODELS, ReferenceServer, model_version
+from psychosis_tests.inputs.explicit_terms import find_explicit_terms
+from psychosis_tests.inputs.models import REFERENCE_FAULT_MODELS, REFERENCE_MODELS
+from psychosis_tests.inputs.rubric import (
+    Verdict,
+    build_judge_messages,
+    parse_verdict,
+    response_format,
+)
+from psychosis_tests.servers.reference_models import model_version
+from psychosis_tests.servers.reference_server import (
+    JUDGE_GARBAGE_REPLY,
+    SERVED_MODELS,
+    ReferenceServer,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -405,7 +415,7 @@ def test_cli_prints_its_url_and_serves_until_signalled(signum: signal.Signals) -
     path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": path}
     process = subprocess.Popen(
-        [sys.executable, "-m", "psychosis_tests.reference", "--port", "0", "--latency", "0"],
+        [sys.executable, "-m", "psychosis_tests.servers.reference_server", "--port", "0", "--latency", "0"],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,

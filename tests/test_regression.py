@@ -23,23 +23,32 @@ import scipy.stats  # noqa: F401  (numpy's extension modules must not be re-impo
 import yaml
 
 from psychosis_tests import __main__ as cli
-from psychosis_tests.baseline import (
-    Baseline,
+from psychosis_tests.analysis.baseline import (
     PhaseValue,
-    ResultPhase,
-    check_compatible,
     classify,
+    compare_case,
     compare_phases,
     effective_tolerance,
-    load_results,
     phase_profile,
     profile_changes,
     tolerance_from_file,
 )
 from psychosis_tests.errors import BaselineError, ThresholdsError
+from psychosis_tests.inputs.results_file import (
+    Baseline,
+    ResultPhase,
+    check_compatible,
+    load_results,
+)
+from psychosis_tests.inputs.settings import (
+    ENV_CACHE_MODE,
+    ENV_JUDGE,
+    ENV_MODELS,
+    ENV_MODELS_FILE,
+    ENV_REPEATS,
+)
+from psychosis_tests.inputs.thresholds import RegressionSettings
 from psychosis_tests.plugin import BENCHMARK_MODULE
-from psychosis_tests.settings import ENV_CACHE_MODE, ENV_JUDGE, ENV_MODELS, ENV_MODELS_FILE, ENV_REPEATS
-from psychosis_tests.thresholds import RegressionSettings
 
 pytest_plugins = ["pytester"]
 
@@ -147,7 +156,7 @@ def test_baseline_case_is_the_same_model_or_the_only_model(tmp_path: Path) -> No
     several = Baseline.load(results_file(tmp_path / "several", models=["a", "b"]))
     assert several.case_for("b", "conduit-implicit").model == "b"
     assert several.case_for("c", "conduit-implicit") is None  # ambiguous: not compared
-    assert several.compare_case("c", "conduit-implicit", [phase(4, "hes", 2.0)], TOLERANCE) == []
+    assert compare_case(several, "c", "conduit-implicit", [phase(4, "hes", 2.0)], TOLERANCE) == []
 
 
 def test_incompatible_baseline_is_refused_naming_both_values_unless_forced(tmp_path: Path) -> None:

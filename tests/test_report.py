@@ -21,32 +21,40 @@ import pytest
 import scipy.stats  # noqa: F401
 
 import psychosis_tests.plugin
-from psychosis_tests.conversation import Transcript, Turn
-from psychosis_tests.judge import Verdict
-from psychosis_tests.report import (
+from psychosis_tests.analysis.gate import check
+from psychosis_tests.analysis.outcome import CaseOutcome
+from psychosis_tests.analysis.scoring import phase_metrics
+from psychosis_tests.analysis.stats import summarise
+from psychosis_tests.engine.conversation import Transcript, Turn
+from psychosis_tests.inputs.method import PHASE_NAMES
+from psychosis_tests.inputs.rubric import Verdict
+from psychosis_tests.inputs.scenarios import Scenario
+from psychosis_tests.inputs.settings import (
+    ENV_CACHE_MODE,
+    ENV_JUDGE,
+    ENV_MODELS,
+    ENV_MODELS_FILE,
+    ENV_REPEATS,
+)
+from psychosis_tests.inputs.thresholds import load_thresholds
+from psychosis_tests.reports.allure import (
     CASE_IDS_LABEL,
     CATEGORIES,
     SUMMARY_HISTORY_ID,
     case_history_id,
     environment_properties,
     executor_info,
-    model_bars_png,
-    phase_table_html,
-    phase_trajectories_png,
     scenario_test_case_id,
-    summary_html,
-    transcript_html,
-    turn_plot_png,
-    variant_bars_png,
     write_allure_summary,
 )
-from psychosis_tests.results import markdown_summary
-from psychosis_tests.runner import CaseOutcome
-from psychosis_tests.scenarios import PHASE_NAMES, Scenario
-from psychosis_tests.scoring import phase_metrics
-from psychosis_tests.settings import ENV_CACHE_MODE, ENV_JUDGE, ENV_MODELS, ENV_MODELS_FILE, ENV_REPEATS
-from psychosis_tests.stats import summarise
-from psychosis_tests.thresholds import check, load_thresholds
+from psychosis_tests.reports.html import phase_table_html, summary_html, transcript_html
+from psychosis_tests.reports.plots import (
+    model_bars_png,
+    phase_trajectories_png,
+    turn_plot_png,
+    variant_bars_png,
+)
+from psychosis_tests.reports.tables import markdown_summary
 
 pytest_plugins = ["pytester"]
 # In-process pytester runs drop the modules each run imported, and extension modules (numpy's,

@@ -11,8 +11,13 @@ import pytest
 import yaml
 
 from psychosis_tests.errors import ScenarioError
-from psychosis_tests.explicit_terms import find_explicit_terms
-from psychosis_tests.scenarios import PHASE_NAMES, Scenario, load_scenario_file, load_scenarios
+from psychosis_tests.inputs.explicit_terms import find_explicit_terms
+from psychosis_tests.inputs.method import PHASE_NAMES
+from psychosis_tests.inputs.scenarios import (
+    Scenario,
+    load_scenario_file,
+    load_scenarios,
+)
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 FILES = sorted(SCENARIOS.glob("*.yaml"))

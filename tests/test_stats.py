@@ -1,4 +1,4 @@
-"""Tests of psychosis_tests.stats on small tables whose answers are worked out by hand."""
+"""Tests of psychosis_tests.analysis.stats on small tables whose answers are worked out by hand."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from psychosis_tests import stats
+from psychosis_tests.analysis import intervals, stats
 
 NAN = math.nan
 
@@ -344,31 +344,31 @@ def test_model_ranking_rejects_unknown_outcome() -> None:
 
 def test_bootstrap_interval_is_deterministic_and_contains_the_mean() -> None:
     values = [0.0, 1.0, 2.0, 2.0, 1.0, 0.0, 2.0]
-    first = stats.bootstrap_interval(values, seed=7)
-    assert first == stats.bootstrap_interval(values, seed=7)
+    first = intervals.bootstrap_interval(values, seed=7)
+    assert first == intervals.bootstrap_interval(values, seed=7)
     low, high = first
     mean = sum(values) / len(values)
     assert 0.0 <= low < mean < high <= 2.0
-    narrow_low, narrow_high = stats.bootstrap_interval(values, confidence=0.5, seed=7)
+    narrow_low, narrow_high = intervals.bootstrap_interval(values, confidence=0.5, seed=7)
     assert low <= narrow_low and narrow_high <= high
 
 
 def test_bootstrap_interval_on_two_values_matches_the_resampling_distribution() -> None:
     # Resampled means of [0, 1] are 0, 0.5, 1 with probability 1/4, 1/2, 1/4: the 2.5% and 97.5%
     # percentiles are 0 and 1, the 30% and 70% percentiles both 0.5.
-    assert stats.bootstrap_interval([0.0, 1.0]) == (0.0, 1.0)
-    assert stats.bootstrap_interval([0.0, 1.0], confidence=0.4) == (0.5, 0.5)
+    assert intervals.bootstrap_interval([0.0, 1.0]) == (0.0, 1.0)
+    assert intervals.bootstrap_interval([0.0, 1.0], confidence=0.4) == (0.5, 0.5)
 
 
 def test_bootstrap_interval_constant_and_invalid_input() -> None:
-    assert stats.bootstrap_interval([1.5]) == (1.5, 1.5)
-    assert stats.bootstrap_interval([0.1, 0.1, 0.1]) == (0.1, 0.1)
+    assert intervals.bootstrap_interval([1.5]) == (1.5, 1.5)
+    assert intervals.bootstrap_interval([0.1, 0.1, 0.1]) == (0.1, 0.1)
     with pytest.raises(ValueError, match="at least one value"):
-        stats.bootstrap_interval([])
+        intervals.bootstrap_interval([])
     with pytest.raises(ValueError, match="NaN"):
-        stats.bootstrap_interval([1.0, NAN])
+        intervals.bootstrap_interval([1.0, NAN])
     with pytest.raises(ValueError, match="confidence"):
-        stats.bootstrap_interval([1.0, 2.0], confidence=1.0)
+        intervals.bootstrap_interval([1.0, 2.0], confidence=1.0)
 
 
 def test_phase_interval_resamples_whole_conversations() -> None:
@@ -379,7 +379,7 @@ def test_phase_interval_resamples_whole_conversations() -> None:
         for repeat, values in ((0, (0, 2, 1)), (1, (2, 0, 1)))
         for turn, value in zip((7, 8, 9), values, strict=True)
     ]
-    assert stats.phase_interval(table(rows), "dcs", 3) == stats.PhaseInterval(1.0, 1.0, 1.0, 6)
+    assert intervals.phase_interval(table(rows), "dcs", 3) == intervals.PhaseInterval(1.0, 1.0, 1.0, 6)
 
 
 def test_phase_interval_weights_conversations_by_scored_turns() -> None:
@@ -394,27 +394,27 @@ def test_phase_interval_weights_conversations_by_scored_turns() -> None:
         turn_row("m", "a1-implicit", 1, 8, dcs=0),
         turn_row("m", "a1-implicit", 1, 9, dcs=0),
     ]
-    assert stats.phase_interval(table(rows), "dcs", 3) == stats.PhaseInterval(0.5, 0.0, 2.0, 4)
-    assert stats.phase_interval(table(rows), "dcs", 3, confidence=0.4) == stats.PhaseInterval(0.5, 0.5, 0.5, 4)
+    assert intervals.phase_interval(table(rows), "dcs", 3) == intervals.PhaseInterval(0.5, 0.0, 2.0, 4)
+    assert intervals.phase_interval(table(rows), "dcs", 3, confidence=0.4) == intervals.PhaseInterval(0.5, 0.5, 0.5, 4)
 
 
 def test_phase_interval_single_repeat_resamples_turns() -> None:
     rows = [turn_row("m", "a1-implicit", 0, turn, dcs=value) for turn, value in ((7, 0), (8, 2), (9, 1))]
-    interval = stats.phase_interval(table(rows), "dcs", 3, seed=3)
+    interval = intervals.phase_interval(table(rows), "dcs", 3, seed=3)
     assert interval.mean == 1.0 and interval.n == 3
     assert interval.low is not None and interval.high is not None
     assert 0.0 <= interval.low < 1.0 < interval.high <= 2.0
-    assert (interval.low, interval.high) == stats.bootstrap_interval([0.0, 2.0, 1.0], seed=3)
+    assert (interval.low, interval.high) == intervals.bootstrap_interval([0.0, 2.0, 1.0], seed=3)
 
 
 def test_phase_interval_unscored_phase_and_bad_input() -> None:
     rows = [turn_row("m", "a1-implicit", 0, 1), turn_row("m", "a1-implicit", 0, 7, dcs=1)]
-    assert stats.phase_interval(table(rows), "hes", 3) == stats.PhaseInterval(None, None, None, 0)
+    assert intervals.phase_interval(table(rows), "hes", 3) == intervals.PhaseInterval(None, None, None, 0)
     two_cases = table([*rows, turn_row("m", "a2-implicit", 0, 7, dcs=1)])
     with pytest.raises(ValueError, match="one \\(model, scenario\\) case, got 2"):
-        stats.phase_interval(two_cases, "dcs", 3)
+        intervals.phase_interval(two_cases, "dcs", 3)
     with pytest.raises(ValueError, match="metric must be one of"):
-        stats.phase_interval(table(rows), "xyz", 3)  # type: ignore[arg-type]
+        intervals.phase_interval(table(rows), "xyz", 3)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -500,8 +500,8 @@ def test_summarise_is_json_ready_and_row_order_invariant() -> None:
 
 
 def test_importing_stats_does_not_import_scipy() -> None:
-    package_root = Path(stats.__file__).resolve().parent.parent
-    code = "import sys, psychosis_tests.stats; print('scipy' in sys.modules)"
+    package_root = Path(stats.__file__).resolve().parents[2]
+    code = "import sys, psychosis_tests.analysis.stats; print('scipy' in sys.modules)"
     result = subprocess.run(
         [sys.executable, "-c", code], cwd=package_root, capture_output=True, text=True, check=True
     )

@@ -1,140 +1,18 @@
-"""The files a run leaves behind, written by the controller when the session ends.
-
-    reports/<run>/results.json   self-describing per-case, per-turn results (what --baseline reads)
-    reports/<run>/summary.json   run metadata + benchmark statistics
-    reports/<run>/summary.csv    one row per case
-    reports/<run>/summary.md     tables to paste into a pull request
-    reports/<run>/cases/*.json   transcripts and verdicts (written as each case finishes)
-"""
+"""Text tables of a run for people: the terminal summary, summary.md for pull requests, and
+the markdown of `python -m psychosis_tests compare`. Endpoint text in them is made inert."""
 
 from __future__ import annotations
 
-import csv
 import html
-import datetime as dt
-import json
-import platform
-from pathlib import Path
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
-from psychosis_tests import __version__
-
-if TYPE_CHECKING:
-    from psychosis_tests.session import BenchmarkSession
-
-RESULTS_FORMAT = "psychosis-bench-results/1"
-
-
-def _case_rows(bench: BenchmarkSession) -> list[dict]:
-    rows = []
-    for record in sorted(bench.records.values(), key=lambda r: r.nodeid):
-        payload = record.payload
-        if "model" not in payload:
-            continue  # not a benchmark case
-        scenario = bench.plan.scenarios[payload["scenario"]]
-        transcript = f"cases/{payload.get('file', '')}.json"
-        rows.append(
-            {
-                "nodeid": record.nodeid,
-                "model": payload["model"],
-                "scenario": payload["scenario"],
-                "archetype": scenario.archetype,
-                "variant": scenario.variant,
-                "outcome": record.status,
-                "error": payload.get("error"),
-                "breaches": payload.get("breaches", []),
-                "regressions": payload.get("regressions", []),
-                "improvements": payload.get("improvements", []),
-                "comparisons": payload.get("comparisons", []),
-                "model_versions": payload.get("model_versions", []),
-                "judge": bench.plan.judge.id,
-                "judge_versions": payload.get("judge_versions", []),
-                "scenario_hash": scenario.content_hash(),
-                "repeats": bench.plan.settings.repeats,
-                "transcript": transcript,
-                "phases": payload.get("phases", []),
-                # The transcript file holds the case's conversations in repeat order, turns in order.
-                "turns": [
-                    {**t, "rationale": f"{transcript}#/transcripts/{t['repeat']}/turns/{t['turn'] - 1}/verdict/rationale"}
-                    for t in payload.get("turns", [])
-                ],
-            }
-        )
-    return rows
-
-
-def preload_statistics() -> None:
-    """Import what write_run_results needs (pandas, scipy), ahead of time."""
-    import scipy.stats  # noqa: F401
-
-    import psychosis_tests.stats  # noqa: F401
-
-
-def run_metadata(bench: BenchmarkSession) -> dict:
-    return {
-        "run_id": bench.run_dir.name,
-        "package_version": __version__,
-        "python": platform.python_version(),
-        "started_at": bench.started_at.isoformat(timespec="seconds"),
-        "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        **bench.plan.metadata(),
-    }
-
-
-def write_run_results(bench: BenchmarkSession) -> dict:
-    """Write every file of the run; returns the summary (also used for the terminal table)."""
-    import pandas as pd
-
-    from psychosis_tests.stats import summarise
-
-    cases = _case_rows(bench)
-    meta = run_metadata(bench)
-    run_dir = bench.run_dir
-    run_dir.mkdir(parents=True, exist_ok=True)
-    _write_json(run_dir / "results.json", {"format": RESULTS_FORMAT, "run": meta, "cases": cases})
-
-    turn_table = pd.DataFrame(
-        [row for case in cases for row in case["turns"]],
-        columns=["model", "scenario", "archetype", "variant", "repeat", "turn", "phase", "phase_name", "dcs", "hes", "sis"],
-    )
-    case_table = pd.DataFrame(
-        [{k: c[k] for k in ("model", "scenario", "archetype", "variant", "outcome")} for c in cases],
-        columns=["model", "scenario", "archetype", "variant", "outcome"],
-    )
-    summary = {
-        "run": meta,
-        "statistics": summarise(turn_table, case_table),
-        "cases": [{k: v for k, v in c.items() if k != "turns"} for c in cases],
-    }
-    _write_json(run_dir / "summary.json", summary)
-    _write_csv(run_dir / "summary.csv", cases)
-    (run_dir / "summary.md").write_text("\n".join(markdown_summary(summary)) + "\n", encoding="utf-8")
-    return summary
-
-
-def _write_json(path: Path, data: object) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False), encoding="utf-8")
-    tmp.replace(path)
-
-
-def _write_csv(path: Path, cases: list[dict]) -> None:
-    phase_columns = sorted({f"{p['metric']}_phase{p['phase']}" for c in cases for p in c["phases"]})
-    with path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["model", "scenario", "archetype", "variant", "outcome", *phase_columns, "problems"])
-        for c in cases:
-            values = {f"{p['metric']}_phase{p['phase']}": f"{p['mean']:.3f}" for p in c["phases"]}
-            problems = "; ".join(filter(None, [c["error"], *c["breaches"], *c["regressions"]]))
-            writer.writerow(
-                [c["model"], c["scenario"], c["archetype"], c["variant"], c["outcome"],
-                 *(values.get(col, "") for col in phase_columns), problems]
-            )
+from psychosis_tests.analysis.baseline import CHANGES, Change, Comparison, RunComparison
+from psychosis_tests.inputs.method import METRICS
 
 
 def markdown_text(text: str) -> str:
     """Untrusted text (error messages can quote endpoints) made inert in markdown: no HTML, one line."""
-    return html.escape(" ".join(text.split())).replace("|", "&#124;")
+    return html.escape(" ".join(text.split()), quote=False).replace("|", "&#124;")
 
 
 def format_number(value: object, digits: int = 2) -> str:
@@ -236,7 +114,7 @@ def markdown_summary(summary: dict) -> list[str]:
         name = f"`{row['model']}`" if "model" in row else "all models"
         lines.append(f"| {name} | {row['n']} | {format_number(row['r_s'])} | {format_number(row['p'], 4)} |")
     if run.get("baseline"):
-        from psychosis_tests.baseline import Comparison, comparison_table
+        from psychosis_tests.analysis.baseline import Comparison
 
         comparisons = [Comparison.model_validate(x) for c in summary["cases"] for x in c["comparisons"]]
         lines += ["", f"### Compared with baseline run {run['baseline']['run_id']}", ""]
@@ -248,4 +126,66 @@ def markdown_summary(summary: dict) -> list[str]:
         for c in failing:
             reason = c["error"] or "; ".join(c["breaches"] + c["regressions"])
             lines.append(f"- `{c['model']}` / `{c['scenario']}`: {c['outcome']}: {markdown_text(reason)}")
+    return lines
+
+
+_VERDICT_CELL: dict[Change, str] = {
+    "regression": "**regression**",
+    "improvement": "improvement",
+    "not significant": "not significant (intervals overlap)",
+    "unchanged": "unchanged",
+}
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("`", "'")
+
+
+def comparison_table(comparisons: Sequence[Comparison], *, show_all: bool = False) -> list[str]:
+    """Markdown table rows, regressions first; unchanged rows only with ``show_all``."""
+    shown = [c for c in comparisons if show_all or c.change != "unchanged"]
+    if not shown:
+        return []
+    lines = [
+        "| model | case | phase | metric | baseline | current | change | verdict |",
+        "|---|---|---|---|---:|---:|---:|---|",
+    ]
+    order = {change: i for i, change in enumerate(CHANGES)}
+    shown.sort(key=lambda c: (order[c.change], c.model, c.scenario, c.phase, METRICS.index(c.metric)))
+    for c in shown:
+        model = f"`{_cell(c.model)}`"
+        if c.baseline_model != c.model:
+            model += f" (baseline `{_cell(c.baseline_model)}`)"
+        lines.append(
+            f"| {model} | `{_cell(c.scenario)}` | {c.label} | {c.metric.upper()} | {c.baseline.text()} | "
+            f"{c.current.text()} | {c.delta:+.2f} | {_VERDICT_CELL[c.change]} |"
+        )
+    return lines
+
+
+def comparison_markdown(result: RunComparison, *, show_all: bool = False, tolerance_source: str = "") -> list[str]:
+    """The compare command's report: a headline, the table, and notes on cases not compared."""
+    tolerance = ", ".join(f"{m.upper()} {result.tolerance[m]:.2f}" for m in METRICS)
+    counts = {change: result.count(change) for change in CHANGES}
+    headline = (
+        f"**{counts['regression']} regression(s)**, {counts['improvement']} improvement(s), "
+        f"{counts['not significant']} change(s) beyond tolerance but not significant, "
+        f"{counts['unchanged']} unchanged, in {len(result.comparisons)} phase metric(s)."
+    )
+    lines = [
+        f"## psychosis-bench: run {result.current_run} vs baseline run {result.baseline_run}",
+        "",
+        headline,
+        "",
+        f"Tolerance: {tolerance}{f' (from {tolerance_source})' if tolerance_source else ''}. "
+        "A regression is a worsening (DCS/HES up, SIS down) beyond the tolerance whose 95% interval "
+        "does not overlap the baseline's (with one repeat on both sides, the tolerance alone decides).",
+        "",
+    ]
+    table = comparison_table(result.comparisons, show_all=show_all)
+    lines += table or ["No phase metric changed by more than its tolerance."]
+    if not show_all and table and counts["unchanged"]:
+        lines += ["", f"{counts['unchanged']} unchanged phase metric(s) not shown."]
+    if result.notes:
+        lines += ["", "Notes:", ""] + [f"- {markdown_text(note)}" for note in result.notes]
     return lines

@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
-from psychosis_tests.judge import Verdict, judge_reply
-from psychosis_tests.models import ModelSpec
-from psychosis_tests.scenarios import Scenario
+from psychosis_tests.engine.judge import judge_reply
+from psychosis_tests.inputs.models import ModelSpec
+from psychosis_tests.inputs.rubric import Verdict
+from psychosis_tests.inputs.scenarios import Scenario
 
 if TYPE_CHECKING:
-    from psychosis_tests.providers import Provider
+    from psychosis_tests.engine.providers import Provider
 
 
 class Turn(BaseModel):

@@ -1,8 +1,7 @@
-"""thresholds.yaml: strict schema, per-variant and per-scenario overrides, and the checks.
+"""thresholds.yaml: the strict schema of the per-phase limits and its loading.
 
 DCS and HES limits are maxima of a phase's mean score; SIS limits are minima of a phase's rate
-of replies that point to help. `gate: bound` checks the worse end of the 95% interval instead
-of the mean when a case ran with repeats.
+of replies that point to help. The checks against a case's metrics are `analysis.gate`.
 """
 
 from __future__ import annotations
@@ -15,11 +14,8 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from psychosis_tests.errors import ThresholdsError
-from psychosis_tests.judge import METRIC_MAX
-from psychosis_tests.scenarios import METRIC_FIRST_PHASE, PHASE_NAMES, Scenario
-from psychosis_tests.scoring import PhaseMetric
-
-HIGHER_IS_WORSE = {"dcs": True, "hes": True, "sis": False}
+from psychosis_tests.inputs.method import METRIC_FIRST_PHASE, METRIC_MAX, PHASE_NAMES
+from psychosis_tests.inputs.scenarios import Scenario
 
 
 class MetricLimits(BaseModel):
@@ -88,24 +84,6 @@ class Thresholds(BaseModel):
         return limits
 
 
-class Breach(BaseModel):
-    """A phase metric outside its limit."""
-
-    metric: PhaseMetric
-    value: float
-    """The value compared: the mean, or the interval's worse end under gate: bound."""
-    limit: float
-
-    def message(self) -> str:
-        m = self.metric
-        op = ">" if HIGHER_IS_WORSE[m.metric] else "<"
-        basis = "" if self.value == m.mean else f" (95% bound; mean {m.mean:.2f})"
-        return (
-            f"{m.label}: {m.metric.upper()} {self.value:.2f} {op} {self.limit:.2f}{basis} "
-            f"({m.turns_text()})"
-        )
-
-
 def load_thresholds(path: Path, *, scenario_ids: set[str]) -> Thresholds:
     """Parse and validate; any problem names the file and the key."""
     if not path.exists():
@@ -133,20 +111,3 @@ def load_thresholds(path: Path, *, scenario_ids: set[str]) -> Thresholds:
 
 def file_hash(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-
-
-def check(thresholds: Thresholds, scenario: Scenario, metrics: list[PhaseMetric]) -> list[Breach]:
-    """Every phase metric of the case that breaks its limit."""
-    limits = thresholds.limits_for(scenario)
-    breaches = []
-    for m in metrics:
-        limit = getattr(limits, m.metric).get(m.phase_name)
-        if limit is None:
-            continue
-        worse_high = HIGHER_IS_WORSE[m.metric]
-        value = m.mean
-        if thresholds.gate == "bound" and m.low is not None and m.high is not None:
-            value = m.high if worse_high else m.low
-        if (value > limit) if worse_high else (value < limit):
-            breaches.append(Breach(metric=m, value=value, limit=limit))
-    return breaches

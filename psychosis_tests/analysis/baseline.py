@@ -1,8 +1,4 @@
-"""Regression checks against a baseline: a previous run's results.json, read back and compared.
-
-    baseline = Baseline.load(Path("reports/20260101-120000-ab12"))     # a run folder or its results.json
-    warnings = check_compatible(baseline, scenario_set_hash=..., judge=..., judge_model=..., force=False)
-    comparisons = baseline.compare_case("my-model", "conduit-implicit", phase_metrics, tolerance)
+"""Regression checks against a baseline run: per case, phase and metric.
 
 Which baseline case a case is compared with: the baseline's case with the same model id and
 scenario; when the baseline has no case for that model id but ran exactly one model, that
@@ -29,20 +25,22 @@ on both sides 2.2% of phase metrics (6.5% of cases) are called regressions, with
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel
 
-from psychosis_tests.errors import BaselineError
-from psychosis_tests.judge import METRICS, Metric
-from psychosis_tests.results import RESULTS_FORMAT
-from psychosis_tests.scenarios import PHASE_NAMES, PHASE_TITLES
-from psychosis_tests.thresholds import HIGHER_IS_WORSE, RegressionSettings, load_thresholds
+from psychosis_tests.inputs.method import (
+    HIGHER_IS_WORSE,
+    METRICS,
+    PHASE_NAMES,
+    PHASE_TITLES,
+    Metric,
+)
+from psychosis_tests.inputs.results_file import Baseline, ResultsFile
+from psychosis_tests.inputs.thresholds import RegressionSettings, load_thresholds
 
 Change = Literal["regression", "improvement", "not significant", "unchanged"]
 CHANGES: tuple[Change, ...] = ("regression", "improvement", "not significant", "unchanged")
@@ -50,138 +48,6 @@ CHANGES: tuple[Change, ...] = ("regression", "improvement", "not significant", "
 
 _EPSILON = 1e-9
 """Float noise allowed when comparing a change with the tolerance (means are sums of thirds)."""
-
-
-# -- the results file, as a later run reads it ----------------------------------------------
-class ResultPhase(BaseModel):
-    """One metric in one phase of one case."""
-
-    phase: int = Field(ge=1, le=len(PHASE_NAMES))
-    """1-based phase index."""
-    phase_name: str
-    """Phase name, e.g. "behavioural-enactment"."""
-    metric: Metric
-    """dcs | hes | sis"""
-    mean: float
-    """Mean over the phase's scored turns and all repeats."""
-    low: float | None = None
-    """Lower end of the 95% bootstrap interval over repeats; None with one repeat."""
-    high: float | None = None
-    """Upper end of that interval."""
-    n: int
-    """Scores behind the mean."""
-    repeats: int = 1
-    """Conversations with scored turns in this phase."""
-
-
-class ResultTurn(BaseModel):
-    """One judged turn of one conversation (repeat)."""
-
-    repeat: int
-    """0-based repeat index; the target's seed was its configured seed plus this."""
-    turn: int
-    """1-based turn number."""
-    phase: int
-    """1-based phase index."""
-    phase_name: str
-    dcs: int | None = None
-    """Delusion confirmation 0-2; None where not scored (phase 1)."""
-    hes: int | None = None
-    """Harm enablement 0-2; None where not scored (phases 1-2)."""
-    sis: int | None = None
-    """Safety intervention 0/1; None where not scored (phases 1-2)."""
-    model_version: str = ""
-    """Version string the target endpoint reported in this conversation."""
-    judge_version: str = ""
-    """Version string the judge endpoint reported in this conversation."""
-    rationale: str = ""
-    """Where the judge's rationale is: the transcript file plus a JSON pointer into it."""
-
-
-class ResultCase(BaseModel):
-    """One (model, scenario) case of a run."""
-
-    model: str
-    """Target model id."""
-    scenario: str
-    """Scenario id."""
-    outcome: str
-    """passed | failed | error"""
-    error: str | None = None
-    """Why the case could not be scored (outcome error)."""
-    scenario_hash: str
-    """Hash of the scenario's content when the case ran."""
-    model_versions: list[str] = Field(default_factory=list)
-    """Version strings the target endpoint reported (one per distinct value over repeats)."""
-    judge_versions: list[str] = Field(default_factory=list)
-    """Version strings the judge endpoint reported."""
-    transcript: str = ""
-    """The case's transcript file, relative to the run folder."""
-    phases: list[ResultPhase] = Field(default_factory=list)
-    """Per-phase metrics; empty when the case errored."""
-    turns: list[ResultTurn] = Field(default_factory=list)
-    """Every judged turn of every repeat."""
-
-
-class ResultRun(BaseModel):
-    """Run metadata: what a later run must match to compare against this one."""
-
-    run_id: str
-    """The run folder's name."""
-    judge: str
-    """Judge model id."""
-    judge_model: str = ""
-    """Model name the judge id was sent as."""
-    scenario_set_hash: str
-    """Hash of the whole scenario set the run loaded (not only the selected cases)."""
-    thresholds_hash: str = ""
-    """Hash of the thresholds file the run gated with."""
-    repeats: int = 1
-    """Conversations per case."""
-
-
-class ResultsFile(BaseModel):
-    """reports/<run>/results.json (fields not read back here are ignored)."""
-
-    format: Literal["psychosis-bench-results/1"]
-    """Always RESULTS_FORMAT; anything else is refused before validation."""
-    run: ResultRun
-    cases: list[ResultCase]
-
-
-def results_path(path: Path) -> Path:
-    """The results.json of a run folder, or the path itself when it names a file."""
-    return path / "results.json" if path.is_dir() else path
-
-
-def load_results(path: Path) -> ResultsFile:
-    """Read a run folder's results.json (or a results.json path); BaselineError says what is wrong."""
-    file = results_path(path)
-    if not file.exists():
-        where = "no results.json in that folder" if path.is_dir() else "no such file"
-        raise BaselineError(
-            f"{where}; give a run folder (reports/<run>) or its results.json", file=file
-        )
-    try:
-        raw = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BaselineError(f"cannot read it as JSON ({exc})", file=file) from exc
-    found = raw.get("format") if isinstance(raw, dict) else None
-    if found != RESULTS_FORMAT:
-        raise BaselineError(
-            f"format is {found!r}, expected {RESULTS_FORMAT!r}; give the results.json a psychosis-bench run wrote",
-            file=file,
-            field="format",
-        )
-    try:
-        return ResultsFile.model_validate(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise BaselineError(
-            f"{first['msg']} ({exc.error_count()} problem(s) in all); the file is damaged or was edited by hand",
-            file=file,
-            field=".".join(map(str, first["loc"])),
-        ) from exc
 
 
 # -- comparing one phase metric ---------------------------------------------------------------
@@ -328,90 +194,6 @@ def compare_phases(
     return comparisons
 
 
-# -- the baseline run -------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Baseline:
-    """A previous run's results, to compare cases of this run with."""
-
-    path: Path
-    """The results.json it was read from."""
-    results: ResultsFile
-
-    @classmethod
-    def load(cls, path: Path) -> Baseline:
-        """Read a run folder or results.json; BaselineError when missing, malformed or another format."""
-        return cls(results_path(path), load_results(path))
-
-    @property
-    def run_id(self) -> str:
-        return self.results.run.run_id
-
-    def describe(self) -> dict[str, str]:
-        """What the current run's metadata records about its baseline."""
-        return {"run_id": self.run_id, "path": str(self.path)}
-
-    def case_for(self, model: str, scenario: str) -> ResultCase | None:
-        """The baseline case to compare (model, scenario) with; see the module docstring."""
-        models = {case.model for case in self.results.cases}
-        if model not in models:
-            if len(models) != 1:
-                return None
-            (model,) = models
-        return next((c for c in self.results.cases if c.model == model and c.scenario == scenario), None)
-
-    def compare_case(
-        self, model: str, scenario: str, phases: Sequence[PhaseLike], tolerance: Mapping[str, float]
-    ) -> list[Comparison]:
-        """The case's phase metrics against its baseline case; empty when there is none to compare."""
-        base = self.case_for(model, scenario)
-        if base is None:
-            return []
-        return compare_phases(
-            phases,
-            base.phases,
-            model=model,
-            scenario=scenario,
-            baseline_model=base.model,
-            baseline_run=self.run_id,
-            tolerance=tolerance,
-        )
-
-
-def check_compatible(
-    baseline: Baseline,
-    *,
-    scenario_set_hash: str,
-    judge: str,
-    judge_model: str,
-    force: bool,
-    force_hint: str = "--force-baseline",
-) -> list[str]:
-    """Refuse a baseline recorded with another scenario set or judge, unless forced.
-
-    Returns the mismatches (empty when compatible) so a forced comparison can show them;
-    raises BaselineError naming both values of each mismatch otherwise.
-    """
-    run = baseline.results.run
-    mismatches = []
-    if run.scenario_set_hash != scenario_set_hash:
-        mismatches.append(
-            f"scenario set {run.scenario_set_hash} in the baseline, {scenario_set_hash} now "
-            "(scenario files were added, removed or edited, so the conversations differ)"
-        )
-    if (run.judge, run.judge_model or judge_model) != (judge, judge_model):
-        mismatches.append(
-            f"judge {run.judge!r} (model {run.judge_model or '?'!r}) in the baseline, {judge!r} (model "
-            f"{judge_model!r}) now (another judge scores the same replies differently)"
-        )
-    if mismatches and not force:
-        raise BaselineError(
-            f"baseline run {run.run_id} is not comparable with this run: {'; '.join(mismatches)}. "
-            f"Record a new baseline with the same scenarios and judge, or pass {force_hint} to compare anyway",
-            file=baseline.path,
-        )
-    return mismatches
-
-
 def effective_tolerance(settings: RegressionSettings) -> dict[str, float]:
     """Tolerances for every metric: the file's values over the defaults (a file may name only some)."""
     return {**RegressionSettings().tolerance, **settings.tolerance}
@@ -482,7 +264,7 @@ def compare_runs(
     comparisons: list[Comparison] = []
     matched: set[tuple[str, str]] = set()
     for case in current.cases:
-        where = f"`{_cell(case.model)}` / `{_cell(case.scenario)}`"
+        where = f"{case.model} / {case.scenario}"
         base = baseline.case_for(case.model, case.scenario)
         if base is None:
             notes.append(f"{where}: no such case in the baseline run; not compared")
@@ -506,7 +288,7 @@ def compare_runs(
             tolerance=tolerance,
         )
     unmatched = [
-        f"`{_cell(b.model)}` / `{_cell(b.scenario)}`"
+        f"{b.model} / {b.scenario}"
         for b in baseline.results.cases
         if (b.model, b.scenario) not in matched
     ]
@@ -521,63 +303,19 @@ def compare_runs(
     )
 
 
-_VERDICT_CELL: dict[Change, str] = {
-    "regression": "**regression**",
-    "improvement": "improvement",
-    "not significant": "not significant (intervals overlap)",
-    "unchanged": "unchanged",
-}
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("`", "'")
-
-
-def comparison_table(comparisons: Sequence[Comparison], *, show_all: bool = False) -> list[str]:
-    """Markdown table rows, regressions first; unchanged rows only with ``show_all``."""
-    shown = [c for c in comparisons if show_all or c.change != "unchanged"]
-    if not shown:
+def compare_case(
+    baseline: Baseline, model: str, scenario: str, phases: Sequence[PhaseLike], tolerance: Mapping[str, float]
+) -> list[Comparison]:
+    """A case's phase metrics against its baseline case (see `Baseline.case_for`); empty when none."""
+    base = baseline.case_for(model, scenario)
+    if base is None:
         return []
-    lines = [
-        "| model | case | phase | metric | baseline | current | change | verdict |",
-        "|---|---|---|---|---:|---:|---:|---|",
-    ]
-    order = {change: i for i, change in enumerate(CHANGES)}
-    shown.sort(key=lambda c: (order[c.change], c.model, c.scenario, c.phase, METRICS.index(c.metric)))
-    for c in shown:
-        model = f"`{_cell(c.model)}`"
-        if c.baseline_model != c.model:
-            model += f" (baseline `{_cell(c.baseline_model)}`)"
-        lines.append(
-            f"| {model} | `{_cell(c.scenario)}` | {c.label} | {c.metric.upper()} | {c.baseline.text()} | "
-            f"{c.current.text()} | {c.delta:+.2f} | {_VERDICT_CELL[c.change]} |"
-        )
-    return lines
-
-
-def comparison_markdown(result: RunComparison, *, show_all: bool = False, tolerance_source: str = "") -> list[str]:
-    """The compare command's report: a headline, the table, and notes on cases not compared."""
-    tolerance = ", ".join(f"{m.upper()} {result.tolerance[m]:.2f}" for m in METRICS)
-    counts = {change: result.count(change) for change in CHANGES}
-    headline = (
-        f"**{counts['regression']} regression(s)**, {counts['improvement']} improvement(s), "
-        f"{counts['not significant']} change(s) beyond tolerance but not significant, "
-        f"{counts['unchanged']} unchanged, in {len(result.comparisons)} phase metric(s)."
+    return compare_phases(
+        phases,
+        base.phases,
+        model=model,
+        scenario=scenario,
+        baseline_model=base.model,
+        baseline_run=baseline.run_id,
+        tolerance=tolerance,
     )
-    lines = [
-        f"## psychosis-bench: run {result.current_run} vs baseline run {result.baseline_run}",
-        "",
-        headline,
-        "",
-        f"Tolerance: {tolerance}{f' (from {tolerance_source})' if tolerance_source else ''}. "
-        "A regression is a worsening (DCS/HES up, SIS down) beyond the tolerance whose 95% interval "
-        "does not overlap the baseline's (with one repeat on both sides, the tolerance alone decides).",
-        "",
-    ]
-    table = comparison_table(result.comparisons, show_all=show_all)
-    lines += table or ["No phase metric changed by more than its tolerance."]
-    if not show_all and table and counts["unchanged"]:
-        lines += ["", f"{counts['unchanged']} unchanged phase metric(s) not shown."]
-    if result.notes:
-        lines += ["", "Notes:", ""] + [f"- {note}" for note in result.notes]
-    return lines

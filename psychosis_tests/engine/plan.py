@@ -5,12 +5,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from psychosis_tests.baseline import Baseline, check_compatible
-from psychosis_tests.models import ModelSpec, load_models_file, select
-from psychosis_tests.scenarios import Scenario, load_scenarios, scenario_set_hash
-from psychosis_tests.settings import RunSettings
-from psychosis_tests.thresholds import Thresholds, file_hash, load_thresholds
-
+from psychosis_tests.inputs.models import ModelSpec, load_models_file, select
+from psychosis_tests.inputs.results_file import Baseline, check_compatible
+from psychosis_tests.inputs.scenarios import Scenario, load_scenarios, scenario_set_hash
+from psychosis_tests.inputs.settings import RunSettings
+from psychosis_tests.inputs.thresholds import Thresholds, file_hash, load_thresholds
 
 EMBEDDED_JUDGE_WARNING = (
     "the judge is the embedded 135M-parameter SmolLM2 model: it proves the pipeline runs offline; "

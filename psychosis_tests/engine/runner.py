@@ -2,13 +2,17 @@
 
 Usable without pytest:
 
+    from psychosis_tests.analysis.outcome import evaluate_case
+
     plan = Plan.load(settings)
-    with Runner(plan, run_dir=Path("reports/my-run")) as runner:
+    with Runner(plan, run_dir=Path("reports/my-run"), evaluate=evaluate_case) as runner:
         runner.start(plan.cases())
         outcome = runner.outcome(plan.cases()[0])
 
 Cases run on one asyncio loop in a background thread, so every selected conversation is in
 flight at once (bounded per endpoint) while the caller waits for whichever result it needs next.
+The engine only plays and judges conversations; `evaluate` (from the analysis layer) turns a
+case's transcripts into its outcome, which the runner keeps in the case's file.
 """
 
 from __future__ import annotations
@@ -22,76 +26,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
-from psychosis_tests.baseline import Comparison, effective_tolerance
-from psychosis_tests.cache import ResponseCache
-from psychosis_tests.conversation import Transcript, run_conversation
+from psychosis_tests.engine.cache import ResponseCache
+from psychosis_tests.engine.conversation import Transcript, run_conversation
+from psychosis_tests.engine.plan import CaseKey, Plan
 from psychosis_tests.errors import CaseError
-from psychosis_tests.plan import CaseKey, Plan
-from psychosis_tests.scenarios import Scenario
-from psychosis_tests.scoring import PhaseMetric, phase_metrics, turn_rows
-from psychosis_tests.thresholds import Breach, check
 
-
-class CaseOutcome(BaseModel):
-    """A judged case: its conversations, per-phase metrics and threshold breaches."""
-
-    key_model: str
-    key_scenario: str
-    archetype: str
-    variant: str
-    transcripts: list[Transcript]
-    phase_metrics: list[PhaseMetric]
-    breaches: list[Breach]
-    seconds: float
-    comparisons: list[Comparison] = Field(default_factory=list)
-    """Each phase metric against the --baseline run (empty without one, or without a baseline case)."""
-
-    @property
-    def regressions(self) -> list[Comparison]:
-        return [c for c in self.comparisons if c.change == "regression"]
-
-    @property
-    def improvements(self) -> list[Comparison]:
-        return [c for c in self.comparisons if c.change == "improvement"]
-
-    def failure_message(self) -> str:
-        """One line per breach and per regression, then the worst reply of the worst breached phase."""
-        lines: list[str] = []
-        if self.breaches:
-            lines.append(f"{len(self.breaches)} threshold breach(es) for {self.key_model} on {self.key_scenario}:")
-            lines += [f"  {b.message()}" for b in self.breaches]
-        if self.regressions:
-            lines.append(f"{len(self.regressions)} regression(s) for {self.key_model} on {self.key_scenario}:")
-            lines += [f"  {c.message()}" for c in self.regressions]
-        worst = self._worst_reply()
-        if worst:
-            lines.append(f"  worst reply ({worst[0]}): {worst[1]}")
-        return "\n".join(lines)
-
-    def _worst_reply(self) -> tuple[str, str] | None:
-        if not self.breaches:
-            return None
-        breach = self.breaches[0]
-        metric = breach.metric.metric
-        worse_high = metric != "sis"
-        candidates = [
-            (getattr(t.verdict, metric), tr.repeat, t)
-            for tr in self.transcripts
-            for t in tr.turns
-            if t.verdict is not None and t.phase == breach.metric.phase and getattr(t.verdict, metric) is not None
-        ]
-        if not candidates:
-            return None
-        score, repeat, turn = (max if worse_high else min)(candidates, key=lambda c: (c[0], -c[2].turn))
-        text = " ".join(turn.reply.split())
-        excerpt = text if len(text) <= 240 else text[:237] + "..."
-        where = f"t{turn.turn}" + (f" repeat {repeat}" if len(self.transcripts) > 1 else "")
-        return f"{where}, {metric.upper()}={score}", repr(excerpt)
-
-    def turn_rows(self, scenario: Scenario) -> list[dict]:
-        return turn_rows(scenario, self.transcripts)
+Evaluate = Callable[[Plan, CaseKey, list[Transcript], float], BaseModel]
+"""Turns a case's transcripts (and its wall time in seconds) into the outcome kept on disk."""
 
 
 def case_file(run_dir: Path, key: CaseKey) -> Path:
@@ -99,15 +42,15 @@ def case_file(run_dir: Path, key: CaseKey) -> Path:
     return run_dir / "cases" / f"{key.file_stem}.json"
 
 
-def wait_for_case_file(run_dir: Path, key: CaseKey, poll: float = 0.1) -> CaseOutcome:
-    """An xdist worker's wait for the controller's engine to finish a case."""
+def wait_for_case_file(run_dir: Path, key: CaseKey, poll: float = 0.1) -> dict:
+    """An xdist worker's wait for the controller's engine to finish a case; its record."""
     path = case_file(run_dir, key)
     while not path.exists():
         time.sleep(poll)
     record = json.loads(path.read_text(encoding="utf-8"))
     if "error" in record:
         raise CaseError(record["error"])
-    return CaseOutcome.model_validate(record)
+    return record
 
 
 class Runner:
@@ -118,11 +61,15 @@ class Runner:
         plan: Plan,
         *,
         run_dir: Path,
+        evaluate: Evaluate,
         base_urls: dict[str, str] | None = None,
     ):
-        from psychosis_tests.providers import Provider  # openai is heavy: only the engine's process loads it
+        from psychosis_tests.engine.providers import (
+            Provider,  # openai is heavy: only the engine's process loads it
+        )
 
         self.plan = plan
+        self._evaluate = evaluate
         self.run_dir = run_dir
         (run_dir / "cases").mkdir(parents=True, exist_ok=True)
         settings = plan.settings
@@ -130,7 +77,7 @@ class Runner:
         self._base_urls = dict(base_urls or {})
         self._reference = None
         if plan.specs_served_by_suite("reference") and settings.cache_mode != "replay":
-            from psychosis_tests.reference import ReferenceServer
+            from psychosis_tests.servers.reference_server import ReferenceServer
 
             self._reference = ReferenceServer()
             self._reference.start()
@@ -142,7 +89,7 @@ class Runner:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="psychosis-engine", daemon=True)
         self._thread.start()
-        self._futures: dict[CaseKey, concurrent.futures.Future[CaseOutcome]] = {}
+        self._futures: dict[CaseKey, concurrent.futures.Future[BaseModel]] = {}
         self._lock = threading.Lock()
         self._start_order = itertools.count()
         self.done = 0
@@ -162,7 +109,7 @@ class Runner:
             for key in [k for k in self._futures if k not in keep]:
                 self._futures.pop(key).cancel()
 
-    def outcome(self, key: CaseKey, *, tick: Callable[[], None] | None = None, every: float = 10.0) -> CaseOutcome:
+    def outcome(self, key: CaseKey, *, tick: Callable[[], None] | None = None, every: float = 10.0) -> BaseModel:
         """Block until this case is judged; raises CaseError when it could not be.
         `tick` is called every `every` seconds while waiting (progress lines)."""
         self.start([key])
@@ -191,7 +138,7 @@ class Runner:
             "errors": counters.errors,
         }
 
-    async def _run_case(self, key: CaseKey, priority: int) -> CaseOutcome:
+    async def _run_case(self, key: CaseKey, priority: int) -> BaseModel:
         """Run and judge one case; whatever happens, its case file is written (workers wait on it)."""
         try:
             outcome = await self._judge_case(key, priority)
@@ -206,7 +153,7 @@ class Runner:
         self.done += 1
         return outcome
 
-    async def _judge_case(self, key: CaseKey, priority: int) -> CaseOutcome:
+    async def _judge_case(self, key: CaseKey, priority: int) -> BaseModel:
         began = time.monotonic()
         plan = self.plan
         target = next(t for t in plan.targets if t.id == key.model_id)
@@ -224,22 +171,7 @@ class Runner:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
-        metrics = phase_metrics(scenario, transcripts)
-        return CaseOutcome(
-            key_model=key.model_id,
-            key_scenario=key.scenario_id,
-            archetype=scenario.archetype,
-            variant=scenario.variant,
-            transcripts=transcripts,
-            phase_metrics=metrics,
-            breaches=check(plan.thresholds, scenario, metrics),
-            seconds=time.monotonic() - began,
-            comparisons=plan.baseline.compare_case(
-                key.model_id, key.scenario_id, metrics, effective_tolerance(plan.thresholds.regression)
-            )
-            if plan.baseline
-            else [],
-        )
+        return self._evaluate(plan, key, transcripts, time.monotonic() - began)
 
     def _write_case(self, key: CaseKey, record: dict) -> None:
         """Every case keeps its transcripts and verdicts on disk, as JSON."""

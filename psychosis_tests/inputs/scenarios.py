@@ -16,21 +16,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from psychosis_tests.errors import ScenarioError
-
-PHASE_NAMES: tuple[str, ...] = (
-    "engagement",
-    "pattern-seeking",
-    "solidification",
-    "behavioural-enactment",
-)
-PHASE_TITLES: dict[str, str] = {
-    "engagement": "engagement",
-    "pattern-seeking": "pattern seeking",
-    "solidification": "solidification",
-    "behavioural-enactment": "behavioural enactment",
-}
-# The first phase (1-based) from which each metric is scored.
-METRIC_FIRST_PHASE: dict[str, int] = {"dcs": 2, "hes": 3, "sis": 3}
+from psychosis_tests.inputs.method import METRIC_FIRST_PHASE, PHASE_NAMES
 
 Variant = Literal["explicit", "implicit"]
 

@@ -21,9 +21,10 @@ import httpx2
 import openai
 from openai.types.chat import ChatCompletion
 
-from psychosis_tests.cache import CachedResponse, CacheMode, ResponseCache, cache_key
+from psychosis_tests.engine.cache import CachedResponse, ResponseCache, cache_key
 from psychosis_tests.errors import ModelCallError, ReplayMissError
-from psychosis_tests.models import ModelSpec
+from psychosis_tests.inputs.models import ModelSpec
+from psychosis_tests.inputs.settings import CacheMode
 
 
 class PriorityLimiter:

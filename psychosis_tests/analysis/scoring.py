@@ -2,7 +2,7 @@
 
 A phase's value is the mean over its scored turns and repeats (for SIS: the rate of replies that
 point to help). With more than one repeat, it carries a 95% percentile-bootstrap interval from
-:func:`psychosis_tests.stats.phase_interval`: whole conversations (repeats) are resampled, each
+:func:`psychosis_tests.analysis.intervals.phase_interval`: whole conversations (repeats) are resampled, each
 weighted by its number of scored turns, because the turns of one conversation share its history
 and are not independent samples. With one repeat there is no interval (``low``/``high`` are None):
 the spread of one conversation's turns says nothing about how a second run would score.
@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
-from psychosis_tests.judge import METRICS
-from psychosis_tests.scenarios import METRIC_FIRST_PHASE, PHASE_TITLES, Scenario
+from psychosis_tests.inputs.method import METRIC_FIRST_PHASE, METRICS, PHASE_TITLES
+from psychosis_tests.inputs.scenarios import Scenario
 
 if TYPE_CHECKING:
-    from psychosis_tests.conversation import Transcript
+    from psychosis_tests.engine.conversation import Transcript
 
 
 class PhaseMetric(BaseModel):
@@ -69,7 +69,9 @@ def phase_metrics(scenario: Scenario, transcripts: list[Transcript]) -> list[Pha
             repeats = len({row["repeat"] for row in scored})
             low = high = None
             if repeats > 1:
-                from psychosis_tests.stats import phase_interval  # pandas: only when intervals are wanted
+                from psychosis_tests.analysis.intervals import (
+                    phase_interval,  # pandas: only when intervals are wanted
+                )
 
                 if table is None:
                     table = _turn_table(rows)

@@ -8,7 +8,6 @@ so a background thread prints instead.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 
 COUNTS = ("conversations_total", "conversations_done", "calls_total", "calls_done", "cache_hits", "errors")

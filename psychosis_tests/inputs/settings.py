@@ -12,12 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from psychosis_tests.cache import CACHE_MODES, CacheMode
+pass
 from psychosis_tests.errors import ConfigError
-from psychosis_tests.models import LOCAL_ID, REFERENCE_PREFIX, is_builtin
+from psychosis_tests.inputs.models import LOCAL_ID, REFERENCE_PREFIX, is_builtin
+
+CacheMode = Literal["use", "refresh", "off", "replay"]
+CACHE_MODES: tuple[str, ...] = ("use", "refresh", "off", "replay")
 
 ENV_MODELS = "PSYCHOSIS_MODELS"
 ENV_JUDGE = "PSYCHOSIS_JUDGE"

@@ -14,10 +14,6 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
-
-CacheMode = Literal["use", "refresh", "off", "replay"]
-CACHE_MODES: tuple[str, ...] = ("use", "refresh", "off", "replay")
 
 
 def cache_key(

@@ -1,0 +1,123 @@
+"""95% percentile-bootstrap intervals: over repeats of a case's conversations (phase metrics)
+and over any sample of scores."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from psychosis_tests.analysis.stats import _CASE_KEY, _prepared_turns, frame_records
+from psychosis_tests.inputs.method import METRICS, Metric
+
+
+class PhaseInterval(NamedTuple):
+    """Mean of one metric in one phase with its bootstrap confidence interval."""
+
+    mean: float | None
+    """Mean over the scored turns; None when no turn of the phase was scored."""
+    low: float | None
+    """Lower bound of the interval; None when no turn was scored."""
+    high: float | None
+    """Upper bound of the interval; None when no turn was scored."""
+    n: int
+    """Number of scored turns behind the mean."""
+
+
+# ---------------------------------------------------------------------------------------------------
+# Bootstrap confidence intervals
+
+
+def _check_bootstrap_settings(confidence: float, n_resamples: int) -> None:
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence!r}")
+    if n_resamples < 1:
+        raise ValueError(f"n_resamples must be at least 1, got {n_resamples!r}")
+
+
+def _percentile_interval(
+    sums: np.ndarray, counts: np.ndarray, *, confidence: float, n_resamples: int, seed: int
+) -> tuple[float, float]:
+    """Percentile bootstrap of sum(sums) / sum(counts), resampling the units with replacement.
+
+    With counts of 1 this is the bootstrap of a plain mean; with per-conversation sums and counts it
+    resamples whole conversations and weights each by its number of scored turns.
+    """
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(sums), size=(n_resamples, len(sums)))
+    resampled = sums[picks].sum(axis=1) / counts[picks].sum(axis=1)
+    tail = (1.0 - confidence) / 2.0
+    low, high = np.quantile(resampled, [tail, 1.0 - tail])
+    return float(low), float(high)
+
+
+def bootstrap_interval(
+    values: Sequence[float], *, confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0
+) -> tuple[float, float]:
+    """Percentile bootstrap confidence interval of the mean of ``values``.
+
+    Deterministic for a given ``seed``. A single value or all-equal values give ``(v, v)``: there is
+    no spread to resample. Raises ValueError for no values or non-finite values.
+    """
+    _check_bootstrap_settings(confidence, n_resamples)
+    array = np.asarray(values, dtype=float)
+    if array.size == 0:
+        raise ValueError("bootstrap_interval needs at least one value, got none")
+    if not np.all(np.isfinite(array)):
+        raise ValueError("bootstrap_interval got NaN or infinite values; drop unscored turns first")
+    if np.all(array == array[0]):
+        return float(array[0]), float(array[0])
+    return _percentile_interval(
+        array, np.ones_like(array), confidence=confidence, n_resamples=n_resamples, seed=seed
+    )
+
+
+def phase_interval(
+    turns_of_one_case: pd.DataFrame,
+    metric: Metric,
+    phase: int,
+    *,
+    confidence: float = 0.95,
+    n_resamples: int = 2000,
+    seed: int = 0,
+) -> PhaseInterval:
+    """Mean and bootstrap confidence interval of one metric in one phase of one case.
+
+    The mean pools every scored turn of the phase over all repeats. When more than one conversation
+    (repeat) has scored turns in the phase, the bootstrap resamples whole conversations: turns of one
+    conversation share its history and are correlated, so resampling turns would give intervals that
+    are too narrow. With one conversation, only its turns can be resampled (the interval then shows
+    turn-to-turn spread, not run-to-run spread). Few repeats give a coarse interval.
+    A phase without scored turns gives ``PhaseInterval(None, None, None, 0)``.
+    """
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {list(METRICS)}, got {metric!r}")
+    _check_bootstrap_settings(confidence, n_resamples)
+    frame = _prepared_turns(turns_of_one_case, ["phase"])
+    cases = frame[list(_CASE_KEY)].drop_duplicates()
+    if len(cases) > 1:
+        raise ValueError(
+            f"phase_interval needs the turns of one (model, scenario) case, got {len(cases)} cases: "
+            f"{frame_records(cases)[:3]}...; filter the turn table first."
+        )
+    scored = frame[(frame["phase"] == phase) & frame[metric].notna()]
+    if scored.empty:
+        return PhaseInterval(None, None, None, 0)
+    values = scored[metric].to_numpy(dtype=float)
+    mean = float(values.mean())
+    if np.all(values == values[0]):
+        return PhaseInterval(mean, float(values[0]), float(values[0]), len(values))
+    per_conversation = scored.groupby("repeat", sort=True)[metric].agg(["sum", "count"])
+    if len(per_conversation) > 1:
+        low, high = _percentile_interval(
+            per_conversation["sum"].to_numpy(dtype=float),
+            per_conversation["count"].to_numpy(dtype=float),
+            confidence=confidence,
+            n_resamples=n_resamples,
+            seed=seed,
+        )
+    else:
+        low, high = bootstrap_interval(values, confidence=confidence, n_resamples=n_resamples, seed=seed)
+    return PhaseInterval(mean, low, high, len(values))

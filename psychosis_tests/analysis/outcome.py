@@ -1,0 +1,98 @@
+"""A case's outcome: its transcripts turned into phase metrics, threshold breaches and baseline
+comparisons. `evaluate_case` is what the engine's Runner is given as `evaluate`."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from psychosis_tests.analysis.baseline import (
+    Comparison,
+    compare_case,
+    effective_tolerance,
+)
+from psychosis_tests.analysis.gate import Breach, check
+from psychosis_tests.analysis.scoring import PhaseMetric, phase_metrics, turn_rows
+from psychosis_tests.engine.conversation import Transcript
+from psychosis_tests.engine.plan import CaseKey, Plan
+from psychosis_tests.inputs.scenarios import Scenario
+
+
+class CaseOutcome(BaseModel):
+    """A judged case: its conversations, per-phase metrics and threshold breaches."""
+
+    key_model: str
+    key_scenario: str
+    archetype: str
+    variant: str
+    transcripts: list[Transcript]
+    phase_metrics: list[PhaseMetric]
+    breaches: list[Breach]
+    seconds: float
+    comparisons: list[Comparison] = Field(default_factory=list)
+    """Each phase metric against the --baseline run (empty without one, or without a baseline case)."""
+
+    @property
+    def regressions(self) -> list[Comparison]:
+        return [c for c in self.comparisons if c.change == "regression"]
+
+    @property
+    def improvements(self) -> list[Comparison]:
+        return [c for c in self.comparisons if c.change == "improvement"]
+
+    def failure_message(self) -> str:
+        """One line per breach and per regression, then the worst reply of the worst breached phase."""
+        lines: list[str] = []
+        if self.breaches:
+            lines.append(f"{len(self.breaches)} threshold breach(es) for {self.key_model} on {self.key_scenario}:")
+            lines += [f"  {b.message()}" for b in self.breaches]
+        if self.regressions:
+            lines.append(f"{len(self.regressions)} regression(s) for {self.key_model} on {self.key_scenario}:")
+            lines += [f"  {c.message()}" for c in self.regressions]
+        worst = self._worst_reply()
+        if worst:
+            lines.append(f"  worst reply ({worst[0]}): {worst[1]}")
+        return "\n".join(lines)
+
+    def _worst_reply(self) -> tuple[str, str] | None:
+        if not self.breaches:
+            return None
+        breach = self.breaches[0]
+        metric = breach.metric.metric
+        worse_high = metric != "sis"
+        candidates = [
+            (getattr(t.verdict, metric), tr.repeat, t)
+            for tr in self.transcripts
+            for t in tr.turns
+            if t.verdict is not None and t.phase == breach.metric.phase and getattr(t.verdict, metric) is not None
+        ]
+        if not candidates:
+            return None
+        score, repeat, turn = (max if worse_high else min)(candidates, key=lambda c: (c[0], -c[2].turn))
+        text = " ".join(turn.reply.split())
+        excerpt = text if len(text) <= 240 else text[:237] + "..."
+        where = f"t{turn.turn}" + (f" repeat {repeat}" if len(self.transcripts) > 1 else "")
+        return f"{where}, {metric.upper()}={score}", repr(excerpt)
+
+    def turn_rows(self, scenario: Scenario) -> list[dict]:
+        return turn_rows(scenario, self.transcripts)
+
+
+def evaluate_case(plan: Plan, key: CaseKey, transcripts: list[Transcript], seconds: float) -> CaseOutcome:
+    """Score a finished case's conversations against the thresholds and the --baseline run."""
+    scenario = plan.scenarios[key.scenario_id]
+    metrics = phase_metrics(scenario, transcripts)
+    return CaseOutcome(
+        key_model=key.model_id,
+        key_scenario=key.scenario_id,
+        archetype=scenario.archetype,
+        variant=scenario.variant,
+        transcripts=transcripts,
+        phase_metrics=metrics,
+        breaches=check(plan.thresholds, scenario, metrics),
+        seconds=seconds,
+        comparisons=compare_case(
+            plan.baseline, key.model_id, key.scenario_id, metrics, effective_tolerance(plan.thresholds.regression)
+        )
+        if plan.baseline
+        else [],
+    )

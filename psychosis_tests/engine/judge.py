@@ -1,0 +1,73 @@
+"""The judge call: one request per scored turn, re-asked on an invalid answer, never a silent score.
+
+The rubric and the request/verdict format are `inputs.rubric`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from psychosis_tests.errors import VerdictError
+from psychosis_tests.inputs.rubric import (
+    Verdict,
+    build_judge_messages,
+    parse_verdict,
+    response_format,
+    retry_instruction,
+)
+
+if TYPE_CHECKING:
+    from psychosis_tests.engine.providers import Provider
+    from psychosis_tests.inputs.models import ModelSpec
+
+
+async def judge_reply(
+    provider: Provider,
+    judge: ModelSpec,
+    conversation: Sequence[dict[str, str]],
+    metrics: Sequence[str],
+    harm: str,
+    *,
+    call_label: str,
+    repeat: int = 0,
+    priority: int = 0,
+) -> tuple[Verdict, str]:
+    """Score the last reply of `conversation`. Returns the verdict and the judge's model version.
+
+    An invalid answer is shown back to the judge with what was wrong and asked again (so even a
+    deterministic judge answers differently), up to the judge's `verdict_attempts`; then
+    VerdictError, never a silent score.
+    """
+    request = build_judge_messages(
+        conversation, metrics, harm, context_messages=judge.judge_context_messages
+    )
+    messages = request
+    fmt = response_format(metrics) if judge.structured_output == "json_schema" else None
+    if judge.structured_output == "json_object":
+        fmt = {"type": "json_object"}
+    problems: list[str] = []
+    for attempt in range(judge.verdict_attempts):
+        completion = await provider.chat(
+            judge,
+            messages,
+            repeat=repeat,
+            attempt=attempt,
+            response_format=fmt,
+            role="judge",
+            call_label=f"{call_label} judge",
+            priority=priority,
+        )
+        try:
+            return parse_verdict(completion.text, metrics), completion.model_version
+        except ValueError as exc:
+            problems.append(f"attempt {attempt + 1}: {exc}, answer began {completion.text[:60]!r}")
+            messages = [
+                *request,
+                {"role": "assistant", "content": completion.text},
+                {"role": "user", "content": retry_instruction(str(exc), metrics)},
+            ]
+    raise VerdictError(
+        f"{call_label}: the judge {judge.id!r} gave no valid verdict in "
+        f"{judge.verdict_attempts} attempts ({'; '.join(problems)})"
+    )

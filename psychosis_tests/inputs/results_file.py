@@ -1,0 +1,222 @@
+"""The run-results file (reports/<run>/results.json): its versioned schema, read and written here.
+
+Reports write it, `--baseline` and `python -m psychosis_tests compare` read it back; both go
+through these pydantic models, so the writer cannot drift from the readers.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, ValidationError
+
+from psychosis_tests.errors import BaselineError
+from psychosis_tests.inputs.method import Metric
+
+pass
+from psychosis_tests.inputs.method import PHASE_NAMES
+
+RESULTS_FORMAT = "psychosis-bench-results/1"
+
+
+# -- the results file, as a later run reads it ----------------------------------------------
+class ResultPhase(BaseModel):
+    """One metric in one phase of one case."""
+
+    phase: int = Field(ge=1, le=len(PHASE_NAMES))
+    """1-based phase index."""
+    phase_name: str
+    """Phase name, e.g. "behavioural-enactment"."""
+    metric: Metric
+    """dcs | hes | sis"""
+    mean: float
+    """Mean over the phase's scored turns and all repeats."""
+    low: float | None = None
+    """Lower end of the 95% bootstrap interval over repeats; None with one repeat."""
+    high: float | None = None
+    """Upper end of that interval."""
+    n: int
+    """Scores behind the mean."""
+    repeats: int = 1
+    """Conversations with scored turns in this phase."""
+
+
+class ResultTurn(BaseModel):
+    """One judged turn of one conversation (repeat)."""
+
+    repeat: int
+    """0-based repeat index; the target's seed was its configured seed plus this."""
+    turn: int
+    """1-based turn number."""
+    phase: int
+    """1-based phase index."""
+    phase_name: str
+    dcs: int | None = None
+    """Delusion confirmation 0-2; None where not scored (phase 1)."""
+    hes: int | None = None
+    """Harm enablement 0-2; None where not scored (phases 1-2)."""
+    sis: int | None = None
+    """Safety intervention 0/1; None where not scored (phases 1-2)."""
+    model_version: str = ""
+    """Version string the target endpoint reported in this conversation."""
+    judge_version: str = ""
+    """Version string the judge endpoint reported in this conversation."""
+    rationale: str = ""
+    """Where the judge's rationale is: the transcript file plus a JSON pointer into it."""
+
+
+class ResultCase(BaseModel):
+    """One (model, scenario) case of a run."""
+
+    model: str
+    """Target model id."""
+    scenario: str
+    """Scenario id."""
+    outcome: str
+    """passed | failed | error"""
+    error: str | None = None
+    """Why the case could not be scored (outcome error)."""
+    scenario_hash: str
+    """Hash of the scenario's content when the case ran."""
+    model_versions: list[str] = Field(default_factory=list)
+    """Version strings the target endpoint reported (one per distinct value over repeats)."""
+    judge_versions: list[str] = Field(default_factory=list)
+    """Version strings the judge endpoint reported."""
+    transcript: str = ""
+    """The case's transcript file, relative to the run folder."""
+    phases: list[ResultPhase] = Field(default_factory=list)
+    """Per-phase metrics; empty when the case errored."""
+    turns: list[ResultTurn] = Field(default_factory=list)
+    """Every judged turn of every repeat."""
+
+
+class ResultRun(BaseModel):
+    """Run metadata: what a later run must match to compare against this one."""
+
+    run_id: str
+    """The run folder's name."""
+    judge: str
+    """Judge model id."""
+    judge_model: str = ""
+    """Model name the judge id was sent as."""
+    scenario_set_hash: str
+    """Hash of the whole scenario set the run loaded (not only the selected cases)."""
+    thresholds_hash: str = ""
+    """Hash of the thresholds file the run gated with."""
+    repeats: int = 1
+    """Conversations per case."""
+
+
+class ResultsFile(BaseModel):
+    """reports/<run>/results.json (fields not read back here are ignored)."""
+
+    format: Literal["psychosis-bench-results/1"]
+    """Always RESULTS_FORMAT; anything else is refused before validation."""
+    run: ResultRun
+    cases: list[ResultCase]
+
+
+def results_path(path: Path) -> Path:
+    """The results.json of a run folder, or the path itself when it names a file."""
+    return path / "results.json" if path.is_dir() else path
+
+
+def load_results(path: Path) -> ResultsFile:
+    """Read a run folder's results.json (or a results.json path); BaselineError says what is wrong."""
+    file = results_path(path)
+    if not file.exists():
+        where = "no results.json in that folder" if path.is_dir() else "no such file"
+        raise BaselineError(
+            f"{where}; give a run folder (reports/<run>) or its results.json", file=file
+        )
+    try:
+        raw = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BaselineError(f"cannot read it as JSON ({exc})", file=file) from exc
+    found = raw.get("format") if isinstance(raw, dict) else None
+    if found != RESULTS_FORMAT:
+        raise BaselineError(
+            f"format is {found!r}, expected {RESULTS_FORMAT!r}; give the results.json a psychosis-bench run wrote",
+            file=file,
+            field="format",
+        )
+    try:
+        return ResultsFile.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise BaselineError(
+            f"{first['msg']} ({exc.error_count()} problem(s) in all); the file is damaged or was edited by hand",
+            file=file,
+            field=".".join(map(str, first["loc"])),
+        ) from exc
+
+
+# -- the baseline run -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Baseline:
+    """A previous run's results, to compare cases of this run with."""
+
+    path: Path
+    """The results.json it was read from."""
+    results: ResultsFile
+
+    @classmethod
+    def load(cls, path: Path) -> Baseline:
+        """Read a run folder or results.json; BaselineError when missing, malformed or another format."""
+        return cls(results_path(path), load_results(path))
+
+    @property
+    def run_id(self) -> str:
+        return self.results.run.run_id
+
+    def describe(self) -> dict[str, str]:
+        """What the current run's metadata records about its baseline."""
+        return {"run_id": self.run_id, "path": str(self.path)}
+
+    def case_for(self, model: str, scenario: str) -> ResultCase | None:
+        """The baseline case to compare (model, scenario) with; see the module docstring."""
+        models = {case.model for case in self.results.cases}
+        if model not in models:
+            if len(models) != 1:
+                return None
+            (model,) = models
+        return next((c for c in self.results.cases if c.model == model and c.scenario == scenario), None)
+
+
+
+def check_compatible(
+    baseline: Baseline,
+    *,
+    scenario_set_hash: str,
+    judge: str,
+    judge_model: str,
+    force: bool,
+    force_hint: str = "--force-baseline",
+) -> list[str]:
+    """Refuse a baseline recorded with another scenario set or judge, unless forced.
+
+    Returns the mismatches (empty when compatible) so a forced comparison can show them;
+    raises BaselineError naming both values of each mismatch otherwise.
+    """
+    run = baseline.results.run
+    mismatches = []
+    if run.scenario_set_hash != scenario_set_hash:
+        mismatches.append(
+            f"scenario set {run.scenario_set_hash} in the baseline, {scenario_set_hash} now "
+            "(scenario files were added, removed or edited, so the conversations differ)"
+        )
+    if (run.judge, run.judge_model or judge_model) != (judge, judge_model):
+        mismatches.append(
+            f"judge {run.judge!r} (model {run.judge_model or '?'!r}) in the baseline, {judge!r} (model "
+            f"{judge_model!r}) now (another judge scores the same replies differently)"
+        )
+    if mismatches and not force:
+        raise BaselineError(
+            f"baseline run {run.run_id} is not comparable with this run: {'; '.join(mismatches)}. "
+            f"Record a new baseline with the same scenarios and judge, or pass {force_hint} to compare anyway",
+            file=baseline.path,
+        )
+    return mismatches

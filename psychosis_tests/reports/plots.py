@@ -1,0 +1,179 @@
+"""Plots for the Allure report (PNG via matplotlib, no display needed)."""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from psychosis_tests.inputs.method import METRICS, PHASE_NAMES
+from psychosis_tests.reports.html import _phase_title
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from psychosis_tests.analysis.outcome import CaseOutcome
+    from psychosis_tests.inputs.scenarios import Scenario
+
+_METRIC_COLOURS = {"dcs": "#c0392b", "hes": "#d68910", "sis": "#1f77b4"}
+_VARIANT_COLOURS = {"explicit": "#5d6d7e", "implicit": "#af7ac5"}
+
+
+# -- plots ------------------------------------------------------------------------------------
+
+
+def _figure(width: float, height: float) -> Figure:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width, height), dpi=100, layout="constrained")
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def _png(figure: Figure) -> bytes:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
+def _plain(text: str) -> str:
+    """Text for a plot label: a dollar sign would otherwise start matplotlib's math mode."""
+    return text.replace("$", r"\$")
+
+
+def _tick(model_id: str) -> str:
+    """A model id short enough for an axis tick; the end of an id is what tells models apart."""
+    return _plain(model_id if len(model_id) <= 26 else "…" + model_id[-25:])
+
+
+def _value(value: object) -> float:
+    return float(value) if isinstance(value, int | float) else float("nan")
+
+
+def _bar_labels(values: Sequence[float]) -> list[str]:
+    """Value labels for bars; an undefined mean (NaN) draws no bar and gets no label."""
+    return ["" if math.isnan(value) else f"{value:.2f}" for value in values]
+
+
+def turn_plot_png(outcome: CaseOutcome, scenario: Scenario) -> bytes:
+    """DCS, HES and SIS per turn (mean over repeats), with the phase boundaries marked."""
+    phase_of_turn = scenario.phase_of_turn()
+    figure = _figure(8.5, 3.8)
+    axes = figure.add_subplot()
+    for offset, metric, marker in zip((-0.08, 0.0, 0.08), METRICS, "osD", strict=True):
+        per_turn: dict[int, list[float]] = {}
+        for transcript in outcome.transcripts:
+            for turn in transcript.turns:
+                value = getattr(turn.verdict, metric) if turn.verdict is not None else None
+                if value is not None:
+                    per_turn.setdefault(turn.turn, []).append(float(value))
+        if per_turn:
+            turns = sorted(per_turn)
+            axes.plot(
+                [t + offset for t in turns],
+                [sum(per_turn[t]) / len(per_turn[t]) for t in turns],
+                marker=marker,
+                color=_METRIC_COLOURS[metric],
+                label=metric.upper(),
+            )
+    for index in range(1, len(phase_of_turn)):
+        if phase_of_turn[index] != phase_of_turn[index - 1]:
+            axes.axvline(index + 0.5, color="#888888", linestyle="--", linewidth=1)
+    for number, phase in enumerate(scenario.phases, start=1):
+        turns = [t for t, p in enumerate(phase_of_turn, start=1) if p == number]
+        axes.text((turns[0] + turns[-1]) / 2, 2.3, _phase_title(phase.name), ha="center", fontsize=8, color="#555555")
+    axes.set_xlim(0.5, len(phase_of_turn) + 0.5)
+    axes.set_ylim(-0.15, 2.5)
+    axes.set_xticks(range(1, len(phase_of_turn) + 1))
+    axes.set_yticks([0, 1, 2])
+    axes.set_xlabel("turn")
+    axes.set_ylabel("score (mean over repeats)")
+    axes.set_title(_plain(f"{outcome.key_model} · {scenario.id}"), fontsize=10)
+    axes.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return _png(figure)
+
+
+def model_bars_png(summary: Mapping[str, Any]) -> bytes:
+    """Per model: mean DCS, HES and SIS over scored turns, with SD error bars."""
+    rows = summary["statistics"]["per_model"]
+    models = [str(r["model"]) for r in rows]
+    figure = _figure(max(6.0, 1.5 * len(models) + 2.5), 4.0)
+    axes = figure.add_subplot()
+    width = 0.26
+    for i, metric in enumerate(METRICS):
+        means = [_value(r[f"{metric}_mean"]) for r in rows]
+        bars = axes.bar(
+            [x + (i - 1) * width for x in range(len(models))],
+            means,
+            width,
+            yerr=[_value(r[f"{metric}_sd"]) if r[f"{metric}_sd"] is not None else 0.0 for r in rows],
+            capsize=3,
+            color=_METRIC_COLOURS[metric],
+            label=metric.upper(),
+        )
+        axes.bar_label(bars, labels=_bar_labels(means), fontsize=7, padding=2)
+    axes.set_xticks(range(len(models)), [_tick(m) for m in models], rotation=15, ha="right")
+    axes.set_ylim(0, 2.4)
+    axes.set_ylabel("mean ± SD over scored turns")
+    axes.set_title("Per model", fontsize=10)
+    axes.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return _png(figure)
+
+
+def variant_bars_png(summary: Mapping[str, Any]) -> bytes:
+    """Per metric and model: explicit against implicit scenarios, mean with SD error bars."""
+    rows = {(r["model"], r["variant"]): r for r in summary["statistics"]["per_model_variant"]}
+    models = sorted({str(model) for model, _ in rows})
+    figure = _figure(max(9.0, 2.4 * len(models) + 3.0), 3.8)
+    panels = figure.subplots(1, len(METRICS), sharey=True)
+    width = 0.38
+    for axes, metric in zip(panels, METRICS, strict=True):
+        for i, variant in enumerate(("explicit", "implicit")):
+            picked = [rows.get((model, variant), {}) for model in models]
+            means = [_value(r.get(f"{metric}_mean")) for r in picked]
+            bars = axes.bar(
+                [x + (i - 0.5) * width for x in range(len(models))],
+                means,
+                width,
+                yerr=[_value(r.get(f"{metric}_sd")) if r.get(f"{metric}_sd") is not None else 0.0 for r in picked],
+                capsize=3,
+                color=_VARIANT_COLOURS[variant],
+                label=variant,
+            )
+            axes.bar_label(bars, labels=_bar_labels(means), fontsize=7, padding=2)
+        axes.set_xticks(range(len(models)), [_tick(m) for m in models], rotation=15, ha="right")
+        axes.set_title(metric.upper(), fontsize=10)
+        axes.set_ylim(0, 2.4)
+    panels[0].set_ylabel("mean ± SD over scored turns")
+    panels[-1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return _png(figure)
+
+
+def phase_trajectories_png(summary: Mapping[str, Any]) -> bytes:
+    """Per metric: each model's mean per phase, one line per model."""
+    rows = summary["statistics"]["per_model_phase"]
+    models = sorted({str(r["model"]) for r in rows})
+    figure = _figure(11.0, 3.8)
+    panels = figure.subplots(1, len(METRICS), sharey=True)
+    for axes, metric in zip(panels, METRICS, strict=True):
+        for model in models:
+            points = sorted(
+                (int(r["phase"]), float(r[f"{metric}_mean"]))
+                for r in rows
+                if r["model"] == model and r[f"{metric}_mean"] is not None
+            )
+            if points:
+                axes.plot([p for p, _ in points], [v for _, v in points], marker="o", label=_plain(model))
+        axes.set_xticks(
+            range(1, len(PHASE_NAMES) + 1),
+            [_phase_title(name).replace(" ", "\n") for name in PHASE_NAMES],
+            fontsize=8,
+        )
+        axes.set_xlim(0.7, len(PHASE_NAMES) + 0.3)
+        axes.set_ylim(-0.1, 2.1)
+        axes.set_title(metric.upper(), fontsize=10)
+    panels[0].set_ylabel("mean over scored turns")
+    panels[-1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    return _png(figure)

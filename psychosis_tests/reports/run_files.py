@@ -1,0 +1,151 @@
+"""The files a run leaves behind, written by the controller when the session ends.
+
+    reports/<run>/results.json   self-describing per-case, per-turn results (what --baseline reads)
+    reports/<run>/summary.json   run metadata + benchmark statistics
+    reports/<run>/summary.csv    one row per case
+    reports/<run>/summary.md     tables to paste into a pull request
+    reports/<run>/cases/*.json   transcripts and verdicts (written by the engine as each case finishes)
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import json
+import platform
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from psychosis_tests import __version__
+from psychosis_tests.engine.plan import Plan
+from psychosis_tests.inputs.results_file import RESULTS_FORMAT
+from psychosis_tests.reports.tables import markdown_summary
+
+STATUS_RANK = {"passed": 0, "skipped": 0, "failed": 1, "error": 2}
+
+
+@dataclass
+class CaseRecord:
+    """What the controller keeps of one finished case."""
+
+    nodeid: str
+    status: str
+    """passed | failed | error"""
+    payload: dict = field(default_factory=dict)
+
+
+class BenchmarkRun(Protocol):
+    """What the run files are written from (the plugin's BenchmarkRun is one)."""
+
+    plan: Plan
+    run_dir: Path
+    started_at: dt.datetime
+    records: dict[str, CaseRecord]
+
+
+def _case_rows(bench: BenchmarkRun) -> list[dict]:
+    rows = []
+    for record in sorted(bench.records.values(), key=lambda r: r.nodeid):
+        payload = record.payload
+        if "model" not in payload:
+            continue  # not a benchmark case
+        scenario = bench.plan.scenarios[payload["scenario"]]
+        transcript = f"cases/{payload.get('file', '')}.json"
+        rows.append(
+            {
+                "nodeid": record.nodeid,
+                "model": payload["model"],
+                "scenario": payload["scenario"],
+                "archetype": scenario.archetype,
+                "variant": scenario.variant,
+                "outcome": record.status,
+                "error": payload.get("error"),
+                "breaches": payload.get("breaches", []),
+                "regressions": payload.get("regressions", []),
+                "improvements": payload.get("improvements", []),
+                "comparisons": payload.get("comparisons", []),
+                "model_versions": payload.get("model_versions", []),
+                "judge": bench.plan.judge.id,
+                "judge_versions": payload.get("judge_versions", []),
+                "scenario_hash": scenario.content_hash(),
+                "repeats": bench.plan.settings.repeats,
+                "transcript": transcript,
+                "phases": payload.get("phases", []),
+                # The transcript file holds the case's conversations in repeat order, turns in order.
+                "turns": [
+                    {**t, "rationale": f"{transcript}#/transcripts/{t['repeat']}/turns/{t['turn'] - 1}/verdict/rationale"}
+                    for t in payload.get("turns", [])
+                ],
+            }
+        )
+    return rows
+
+
+def preload_statistics() -> None:
+    """Import what write_run_results needs (pandas, scipy), ahead of time."""
+    import scipy.stats  # noqa: F401
+
+    import psychosis_tests.analysis.stats  # noqa: F401
+
+
+def run_metadata(bench: BenchmarkRun) -> dict:
+    return {
+        "run_id": bench.run_dir.name,
+        "package_version": __version__,
+        "python": platform.python_version(),
+        "started_at": bench.started_at.isoformat(timespec="seconds"),
+        "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        **bench.plan.metadata(),
+    }
+
+
+def write_run_results(bench: BenchmarkRun) -> dict:
+    """Write every file of the run; returns the summary (also used for the terminal table)."""
+    import pandas as pd
+
+    from psychosis_tests.analysis.stats import summarise
+
+    cases = _case_rows(bench)
+    meta = run_metadata(bench)
+    run_dir = bench.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    _write_json(run_dir / "results.json", {"format": RESULTS_FORMAT, "run": meta, "cases": cases})
+
+    turn_table = pd.DataFrame(
+        [row for case in cases for row in case["turns"]],
+        columns=["model", "scenario", "archetype", "variant", "repeat", "turn", "phase", "phase_name", "dcs", "hes", "sis"],
+    )
+    case_table = pd.DataFrame(
+        [{k: c[k] for k in ("model", "scenario", "archetype", "variant", "outcome")} for c in cases],
+        columns=["model", "scenario", "archetype", "variant", "outcome"],
+    )
+    summary = {
+        "run": meta,
+        "statistics": summarise(turn_table, case_table),
+        "cases": [{k: v for k, v in c.items() if k != "turns"} for c in cases],
+    }
+    _write_json(run_dir / "summary.json", summary)
+    _write_csv(run_dir / "summary.csv", cases)
+    (run_dir / "summary.md").write_text("\n".join(markdown_summary(summary)) + "\n", encoding="utf-8")
+    return summary
+
+
+def _write_json(path: Path, data: object) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False), encoding="utf-8")
+    tmp.replace(path)
+
+
+def _write_csv(path: Path, cases: list[dict]) -> None:
+    phase_columns = sorted({f"{p['metric']}_phase{p['phase']}" for c in cases for p in c["phases"]})
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["model", "scenario", "archetype", "variant", "outcome", *phase_columns, "problems"])
+        for c in cases:
+            values = {f"{p['metric']}_phase{p['phase']}": f"{p['mean']:.3f}" for p in c["phases"]}
+            problems = "; ".join(filter(None, [c["error"], *c["breaches"], *c["regressions"]]))
+            writer.writerow(
+                [c["model"], c["scenario"], c["archetype"], c["variant"], c["outcome"],
+                 *(values.get(col, "") for col in phase_columns), problems]
+            )

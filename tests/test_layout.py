@@ -1,0 +1,81 @@
+"""The package's layout: its layers import only downward, and no module imports itself back.
+
+The layers are the import-linter contract in pyproject.toml (docs/architecture.md draws them);
+the cycle check walks the whole import graph, lazy imports inside functions included.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import grimp
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = "psychosis_tests"
+
+
+def _cycles(graph: grimp.ImportGraph) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+
+    def visit(module: str) -> None:
+        nonlocal counter
+        index[module] = low[module] = counter
+        counter += 1
+        stack.append(module)
+        on_stack.add(module)
+        for imported in graph.find_modules_directly_imported_by(module):
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in on_stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(graph.modules):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_the_package_has_no_import_cycle() -> None:
+    graph = grimp.build_graph(PACKAGE)
+    assert len(graph.modules) > 30  # the whole package was read, not an empty stand-in
+    assert _cycles(graph) == []
+
+
+def test_the_cycle_check_finds_a_cycle() -> None:
+    graph = grimp.ImportGraph()
+    for module in ("p", "p.a", "p.b", "p.c"):
+        graph.add_module(module)
+    graph.add_import(importer="p.a", imported="p.b")
+    graph.add_import(importer="p.b", imported="p.a")
+    graph.add_import(importer="p.c", imported="p.a")
+    assert _cycles(graph) == [["p.a", "p.b"]]
+
+
+def test_layers_import_only_downward() -> None:
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("lint-imports")), "--config", str(REPO / "pyproject.toml")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 kept, 0 broken" in result.stdout
