@@ -174,7 +174,7 @@ def test_dead_server_is_reported_with_its_signal() -> None:
 
 ORPHANING_PARENT = """
 import sys, time
-from psychosis_tests.servers.local_process import LocalServerConfig, default_gguf_path, start_local_server
+from psychosis_tests.servers.local import LocalServerConfig, default_gguf_path, start_local_server
 server = start_local_server(LocalServerConfig(gguf=default_gguf_path(), {small}))
 print(server.pid, flush=True)
 time.sleep(600)
