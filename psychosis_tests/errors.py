@@ -10,7 +10,8 @@
     ├── CaseError                one case cannot be scored (a test ERROR, never a pass or a 0)
     │   ├── ModelCallError       a model or judge call failed after its retries
     │   ├── ReplayMissError      --cache-mode replay found no recorded answer for a call
-    │   └── VerdictError         the judge never returned a valid verdict
+    │   ├── VerdictError         the judge never returned a valid verdict
+    │   └── UnscoredPhaseError   a phase with a limit has no score to compare with it
     ├── LocalModelError          the embedded model's file is missing or unusable
     └── LocalServerError         the embedded llama.cpp server failed to start or died
 
@@ -70,6 +71,11 @@ class ReplayMissError(CaseError):
 
 class VerdictError(CaseError):
     """The judge's answer never validated against the verdict schema."""
+
+
+class UnscoredPhaseError(CaseError):
+    """A phase that thresholds.yaml gates has no scored turn for that metric: nothing to check,
+    so the case cannot pass."""
 
 
 class LocalModelError(PsychosisBenchError):

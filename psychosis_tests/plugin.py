@@ -264,11 +264,14 @@ def psychosis_case(request: pytest.FixtureRequest):
 
     try:
         outcome = bench.outcome(key, tick=tick if interval > 0 else None, every=interval or 10.0)
-    except CaseError as exc:
+    except Exception as exc:
+        # Whatever ended the case (not only a CaseError), it is recorded with its reason, as the
+        # engine's case file records it, so it appears in every report with or without xdist.
+        error = str(exc) if isinstance(exc, CaseError) else f"{type(exc).__name__}: {exc}"
         request.node.user_properties.append(
             (
                 RESULT_PROPERTY,
-                json.dumps({"model": key.model_id, "scenario": key.scenario_id, "file": key.file_stem, "error": str(exc)}),
+                json.dumps({"model": key.model_id, "scenario": key.scenario_id, "file": key.file_stem, "error": error}),
             )
         )
         raise
@@ -380,10 +383,24 @@ class ResultCollector:
             self.preload = threading.Thread(target=preload_statistics, name="psychosis-preload", daemon=True)
             self.preload.start()
         payload = next((json.loads(v) for k, v in report.user_properties if k == RESULT_PROPERTY), None)
+        if payload is None and report.failed:
+            payload = self._unrecorded_failure(report)
         if report.when == "call":
             self.bench.record(report.nodeid, report.outcome, payload)
         elif report.failed:
             self.bench.record(report.nodeid, "error", payload)
+
+    def _unrecorded_failure(self, report: pytest.TestReport) -> dict | None:
+        """A benchmark case that failed before its fixture could record why (another fixture's
+        setup, a hook): recorded from the report, so no selected case goes missing from the reports."""
+        test_id = report.nodeid.partition("::test_case[")[2][:-1]
+        key = next((k for k in self.bench.plan.cases() if k.test_id == test_id), None)
+        if key is None:
+            return None
+        crash = getattr(report.longrepr, "reprcrash", None)
+        reason = crash.message if crash is not None else (report.longreprtext.strip().splitlines() or ["?"])[-1]
+        return {"model": key.model_id, "scenario": key.scenario_id, "file": key.file_stem,
+                "error": f"{report.when}: {reason}"}  # fmt: skip
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.progress is not None:

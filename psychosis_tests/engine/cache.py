@@ -25,8 +25,10 @@ def cache_key(
     response_format: dict | None,
     repeat: int,
     attempt: int,
+    tag: str = "",
 ) -> str:
-    """Hash of every output-affecting input of one chat call."""
+    """Hash of every output-affecting input of one chat call. `tag` names a version the request
+    text does not show (the judge's rubric version); an empty tag leaves the key as it was."""
     payload = {
         "base_url": base_url.rstrip("/"),
         "model": model,
@@ -36,6 +38,8 @@ def cache_key(
         "repeat": repeat,
         "attempt": attempt,
     }
+    if tag:
+        payload["tag"] = tag
     encoded = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(encoded.encode()).hexdigest()
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from psychosis_tests.errors import VerdictError
 from psychosis_tests.inputs.rubric import (
+    RUBRIC_VERSION,
     Verdict,
     build_judge_messages,
     parse_verdict,
@@ -37,7 +38,8 @@ async def judge_reply(
 
     An invalid answer is shown back to the judge with what was wrong and asked again (so even a
     deterministic judge answers differently), up to the judge's `verdict_attempts`; then
-    VerdictError, never a silent score.
+    VerdictError, never a silent score. A refusal (`message.refusal`) is an invalid answer too:
+    reported as a refusal and re-asked within the same attempts.
     """
     request = build_judge_messages(
         conversation, metrics, harm, context_messages=judge.judge_context_messages
@@ -57,7 +59,16 @@ async def judge_reply(
             role="judge",
             call_label=f"{call_label} judge",
             priority=priority,
+            cache_tag=f"rubric-{RUBRIC_VERSION}",
         )
+        if completion.refusal is not None:
+            problems.append(f"attempt {attempt + 1}: the judge refused ({completion.refusal[:100]!r})")
+            messages = [
+                *request,
+                {"role": "assistant", "content": completion.refusal},
+                {"role": "user", "content": retry_instruction("it was a refusal, not a rating", metrics)},
+            ]
+            continue
         try:
             return parse_verdict(completion.text, metrics), completion.model_version
         except ValueError as exc:

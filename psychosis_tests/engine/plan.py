@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from psychosis_tests.inputs.models import ModelSpec, load_models_file, select
 from psychosis_tests.inputs.results_file import Baseline, check_compatible
+from psychosis_tests.inputs.rubric import RUBRIC_VERSION
 from psychosis_tests.inputs.scenarios import Scenario, load_scenarios, scenario_set_hash
 from psychosis_tests.inputs.settings import RunSettings
 from psychosis_tests.inputs.thresholds import Thresholds, file_hash, load_thresholds
@@ -92,6 +93,7 @@ class Plan:
             "judge": self.judge.id,
             "judge_model": self.judge.model,
             "judge_warning": self.judge_warning,
+            "rubric_version": RUBRIC_VERSION,
             "scenario_set_hash": scenario_set_hash(list(self.scenarios.values())),
             "thresholds_hash": file_hash(self.settings.thresholds),
             "repeats": self.settings.repeats,

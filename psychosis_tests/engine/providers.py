@@ -77,6 +77,8 @@ class Completion:
     text: str
     model_version: str
     cached: bool
+    refusal: str | None = None
+    """The judge's refusal (`message.refusal`) when it declined instead of answering; text is then ""."""
 
 
 @dataclass
@@ -99,6 +101,8 @@ class Provider:
     cache: ResponseCache | None
     cache_mode: CacheMode = "use"
     base_urls: dict[str, str] = field(default_factory=dict)
+    builtin_identities: dict[str, str] = field(default_factory=dict)
+    """Built-in model id -> what answers it, versions included (the cache key's endpoint part)."""
     counters: CallCounters = field(default_factory=CallCounters)
     _clients: dict[str, openai.AsyncOpenAI] = field(default_factory=dict, init=False)
     _tls: ssl.SSLContext | None = field(default=None, init=False)
@@ -149,17 +153,22 @@ class Provider:
         attempt: int = 0,
         response_format: dict | None = None,
         priority: int = 0,
+        cache_tag: str = "",
     ) -> Completion:
-        """One chat completion through the cache; raises ModelCallError or ReplayMissError."""
+        """One chat completion through the cache; raises ModelCallError or ReplayMissError.
+
+        A judge's refusal comes back as a Completion with `refusal` set (judge_reply re-asks);
+        refusals are not cached. `cache_tag` goes into the cache key (the rubric version)."""
         params = spec.params_for(role).request_kwargs(repeat, attempt)
         key = cache_key(
-            base_url=spec.base_url or f"builtin:{spec.id}",
+            base_url=spec.base_url or self.builtin_identities.get(spec.id, f"builtin:{spec.id}"),
             model=spec.model,
             messages=messages,
             params=params,
             response_format=response_format,
             repeat=repeat,
             attempt=attempt,
+            tag=cache_tag,
         )
         if self.cache is not None and self.cache_mode in ("use", "replay"):
             hit = self.cache.get(key)
@@ -190,7 +199,14 @@ class Provider:
                 self.counters.errors += 1
                 raise ModelCallError(f"{call_label}: {spec.id!r} failed: {_describe(exc, spec)}") from exc
         self.counters.answered += 1
-        text = (response.choices[0].message.content or "") if response.choices else ""
+        message = response.choices[0].message if response.choices else None
+        text = (message.content or "") if message is not None else ""
+        refusal = getattr(message, "refusal", None)
+        if refusal and not text.strip():
+            if role == "judge":
+                return Completion("", response.model or spec.model, cached=False, refusal=str(refusal))
+            self.counters.errors += 1
+            raise ModelCallError(f"{call_label}: {spec.id!r} refused instead of replying: {str(refusal)[:300]!r}")
         if not text.strip():
             self.counters.errors += 1
             raise ModelCallError(f"{call_label}: {spec.id!r} returned an empty reply")

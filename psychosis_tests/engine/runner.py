@@ -84,7 +84,10 @@ class Runner:
             for spec in plan.specs_served_by_suite("reference"):
                 self._base_urls[spec.id] = self._reference.url
         self.provider = Provider(
-            cache=self.cache, cache_mode=settings.cache_mode, base_urls=self._base_urls
+            cache=self.cache,
+            cache_mode=settings.cache_mode,
+            base_urls=self._base_urls,
+            builtin_identities=self._builtin_identities() if self.cache is not None else {},
         )
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="psychosis-engine", daemon=True)
@@ -93,6 +96,22 @@ class Runner:
         self._lock = threading.Lock()
         self._start_order = itertools.count()
         self.done = 0
+
+    def _builtin_identities(self) -> dict[str, str]:
+        """The cache identity of each model the suite serves (versions of what answers included)."""
+        from psychosis_tests.servers.identity import builtin_identity
+        from psychosis_tests.servers.local import default_gguf_path
+
+        assert self.cache is not None
+        identities = {}
+        for spec in self.plan.specs_served_by_suite("reference"):
+            identities[spec.id] = builtin_identity(spec)
+        for spec in self.plan.specs_served_by_suite("local"):
+            assert spec.serve_local is not None
+            gguf = spec.serve_local.gguf or default_gguf_path()
+            memo = self.cache.path.with_name(self.cache.path.name + ".gguf-sha256.json")
+            identities[spec.id] = builtin_identity(spec, gguf=gguf, remember_in=memo)
+        return identities
 
     # -- scheduling -------------------------------------------------------------------------
     def start(self, keys: list[CaseKey]) -> None:

@@ -17,9 +17,21 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from psychosis_tests.errors import MissingKeyError, ModelsFileError
 
 REFERENCE_PREFIX = "reference/"
-REFERENCE_MODELS = ("sycophant", "guardian", "keyword-guard", "noisy", "judge")
+REFERENCE_MODELS = ("sycophant", "guardian", "keyword-guard", "noisy", "mixed", "judge")
 # Fault-injecting reference models, for the suite's own tests of error handling.
 REFERENCE_FAULT_MODELS = ("fail-500", "auth-fail", "flaky", "judge-garbage")
+# Reference judges whose every answer is faulty in one way (servers.reference_server says how);
+# the first two wrap a valid verdict in text a parser must see through, the rest are invalid.
+REFERENCE_JUDGE_FAULTS = (
+    "judge-fenced",
+    "judge-brace-prose",
+    "judge-null",
+    "judge-bool",
+    "judge-out-of-range",
+    "judge-missing-metric",
+    "judge-extra-key",
+    "judge-refuses",
+)
 LOCAL_ID = "local"
 
 
@@ -147,7 +159,7 @@ class ModelsFile(BaseModel):
 def is_builtin(model_id: str) -> bool:
     return model_id == LOCAL_ID or (
         model_id.startswith(REFERENCE_PREFIX)
-        and model_id[len(REFERENCE_PREFIX) :] in REFERENCE_MODELS + REFERENCE_FAULT_MODELS
+        and model_id[len(REFERENCE_PREFIX) :] in REFERENCE_MODELS + REFERENCE_FAULT_MODELS + REFERENCE_JUDGE_FAULTS
     )
 
 
@@ -167,7 +179,7 @@ def builtin_models() -> dict[str, ModelSpec]:
             timeout=300.0,
         )
     }
-    for name in REFERENCE_MODELS + REFERENCE_FAULT_MODELS:
+    for name in REFERENCE_MODELS + REFERENCE_FAULT_MODELS + REFERENCE_JUDGE_FAULTS:
         model_id = REFERENCE_PREFIX + name
         specs[model_id] = ModelSpec(
             id=model_id,

@@ -1,7 +1,10 @@
 """The run-results file (reports/<run>/results.json): its versioned schema, read and written here.
 
-Reports write it, `--baseline` and `python -m psychosis_tests compare` read it back; both go
-through these pydantic models, so the writer cannot drift from the readers.
+Reports write it through `results_document`, `--baseline` and `python -m psychosis_tests compare`
+read it back with `load_results`; both go through these pydantic models, so the writer cannot
+drift from the readers. Writing is strict (a key the schema does not name is an error: add it to
+the schema first); reading ignores unknown keys, so files of format 1 written by earlier versions,
+which lack the optional fields added since (e.g. `rubric_version`), still read.
 """
 
 from __future__ import annotations
@@ -11,19 +14,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, ValidationInfo, model_validator
 
 from psychosis_tests.errors import BaselineError
-from psychosis_tests.inputs.method import Metric
-
-pass
-from psychosis_tests.inputs.method import PHASE_NAMES
+from psychosis_tests.inputs.method import PHASE_NAMES, Metric
 
 RESULTS_FORMAT = "psychosis-bench-results/1"
+WRITING = {"writing": True}
+"""Validation context of the writer: unknown keys are refused instead of ignored."""
+
+
+class _Record(BaseModel):
+    """A part of the results file: lenient when read, strict when written."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_unknown_keys_when_writing(cls, data: object, info: ValidationInfo) -> object:
+        if info.context and info.context.get("writing") and isinstance(data, dict):
+            unknown = sorted(set(data) - set(cls.model_fields))
+            if unknown:
+                raise ValueError(f"{cls.__name__} has no field {', '.join(unknown)}: add it to the schema")
+        return data
 
 
 # -- the results file, as a later run reads it ----------------------------------------------
-class ResultPhase(BaseModel):
+class ResultPhase(_Record):
     """One metric in one phase of one case."""
 
     phase: int = Field(ge=1, le=len(PHASE_NAMES))
@@ -44,9 +59,16 @@ class ResultPhase(BaseModel):
     """Conversations with scored turns in this phase."""
 
 
-class ResultTurn(BaseModel):
+class ResultTurn(_Record):
     """One judged turn of one conversation (repeat)."""
 
+    model: str = ""
+    """Target model id."""
+    scenario: str = ""
+    """Scenario id."""
+    archetype: str = ""
+    variant: str = ""
+    """explicit | implicit"""
     repeat: int
     """0-based repeat index; the target's seed was its configured seed plus this."""
     turn: int
@@ -68,9 +90,11 @@ class ResultTurn(BaseModel):
     """Where the judge's rationale is: the transcript file plus a JSON pointer into it."""
 
 
-class ResultCase(BaseModel):
+class ResultCase(_Record):
     """One (model, scenario) case of a run."""
 
+    nodeid: str = ""
+    """The pytest node id of the case."""
     model: str
     """Target model id."""
     scenario: str
@@ -78,7 +102,22 @@ class ResultCase(BaseModel):
     outcome: str
     """passed | failed | error"""
     error: str | None = None
-    """Why the case could not be scored (outcome error)."""
+    """Why the case could not be scored (outcome error), whatever ended it."""
+    archetype: str = ""
+    variant: str = ""
+    """explicit | implicit"""
+    breaches: list[str] = Field(default_factory=list)
+    """One line per threshold breach (outcome failed)."""
+    regressions: list[str] = Field(default_factory=list)
+    """One line per regression against the --baseline run."""
+    improvements: list[str] = Field(default_factory=list)
+    """One line per improvement against the --baseline run."""
+    comparisons: list[dict] = Field(default_factory=list)
+    """Each phase metric against the baseline run (analysis.baseline.Comparison, as JSON)."""
+    judge: str = ""
+    """Judge model id."""
+    repeats: int = 1
+    """Conversations per case."""
     scenario_hash: str
     """Hash of the scenario's content when the case ran."""
     model_versions: list[str] = Field(default_factory=list)
@@ -93,11 +132,28 @@ class ResultCase(BaseModel):
     """Every judged turn of every repeat."""
 
 
-class ResultRun(BaseModel):
+class ResultRun(_Record):
     """Run metadata: what a later run must match to compare against this one."""
 
     run_id: str
     """The run folder's name."""
+    package_version: str = ""
+    """psychosis-bench version that ran it."""
+    python: str = ""
+    started_at: str = ""
+    finished_at: str = ""
+    """ISO 8601 times."""
+    targets: list[str] = Field(default_factory=list)
+    """Target model ids."""
+    judge_warning: str | None = None
+    """Why the judge's scores are not a basis for decisions (the embedded toy judge), if so."""
+    rubric_version: str = ""
+    """inputs.rubric.RUBRIC_VERSION of the judge's rubric ("" in files written before it existed)."""
+    cache_mode: str = ""
+    baseline: dict[str, str] | None = None
+    """The --baseline run this run was compared with (run_id, path)."""
+    baseline_mismatches: list[str] = Field(default_factory=list)
+    """Why that baseline was not comparable, when forced."""
     judge: str
     """Judge model id."""
     judge_model: str = ""
@@ -110,13 +166,19 @@ class ResultRun(BaseModel):
     """Conversations per case."""
 
 
-class ResultsFile(BaseModel):
-    """reports/<run>/results.json (fields not read back here are ignored)."""
+class ResultsFile(_Record):
+    """reports/<run>/results.json."""
 
     format: Literal["psychosis-bench-results/1"]
     """Always RESULTS_FORMAT; anything else is refused before validation."""
     run: ResultRun
     cases: list[ResultCase]
+
+
+def results_document(run: dict, cases: list[dict]) -> dict:
+    """results.json's content, validated strictly against the schema (what the writer writes)."""
+    document = ResultsFile.model_validate({"format": RESULTS_FORMAT, "run": run, "cases": cases}, context=WRITING)
+    return document.model_dump(mode="json")
 
 
 def results_path(path: Path) -> Path:

@@ -167,7 +167,7 @@ def phase_table_html(outcome: CaseOutcome, scenario: Scenario, thresholds: Thres
     order = {metric: i for i, metric in enumerate(METRICS)}
     rows: list[list[object]] = []
     for m in sorted(outcome.phase_metrics, key=lambda m: (m.phase, order[m.metric])):
-        limit = getattr(limits, m.metric).get(m.phase_name)
+        limit = limits.limit(m.metric, m.phase_name)
         breach = breaches.get((m.phase, m.metric))
         if limit is None:
             verdict = "no limit"
@@ -179,7 +179,7 @@ def phase_table_html(outcome: CaseOutcome, scenario: Scenario, thresholds: Thres
         if comparison is not None and comparison.change == "regression":
             verdict = f"{verdict}; REGRESSION" if verdict.startswith("BREACH") else "REGRESSION"
         interval = f"{m.low:.2f} to {m.high:.2f}" if m.low is not None and m.high is not None else "n/a"
-        bound = "n/a" if limit is None else f"{'≤' if HIGHER_IS_WORSE[m.metric] else '≥'} {limit:.2f}"
+        bound = "n/a" if limit is None else f"{'≤' if HIGHER_IS_WORSE[m.metric] else '≥'} {limit.text}"
         row: list[object] = [f"{m.phase} {_phase_title(m.phase_name)}", m.metric.upper(), f"{m.mean:.2f}", interval,
                              m.n, m.turns_text(), bound]
         if outcome.comparisons:

@@ -19,7 +19,7 @@ from typing import Protocol
 
 from psychosis_tests import __version__
 from psychosis_tests.engine.plan import Plan
-from psychosis_tests.inputs.results_file import RESULTS_FORMAT
+from psychosis_tests.inputs.results_file import results_document
 from psychosis_tests.reports.tables import markdown_summary
 
 STATUS_RANK = {"passed": 0, "skipped": 0, "failed": 1, "error": 2}
@@ -106,11 +106,11 @@ def write_run_results(bench: BenchmarkRun) -> dict:
 
     from psychosis_tests.analysis.stats import summarise
 
-    cases = _case_rows(bench)
-    meta = run_metadata(bench)
+    document = results_document(run_metadata(bench), _case_rows(bench))
+    meta, cases = document["run"], document["cases"]
     run_dir = bench.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
-    _write_json(run_dir / "results.json", {"format": RESULTS_FORMAT, "run": meta, "cases": cases})
+    _write_json(run_dir / "results.json", document)
 
     turn_table = pd.DataFrame(
         [row for case in cases for row in case["turns"]],
@@ -137,6 +137,17 @@ def _write_json(path: Path, data: object) -> None:
     tmp.replace(path)
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+"""A spreadsheet reads a cell starting with one of these as a formula (CSV injection)."""
+
+
+def csv_cell(value: object) -> object:
+    """A text cell made inert for spreadsheets: a leading formula character gets a quote before it."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
 def _write_csv(path: Path, cases: list[dict]) -> None:
     phase_columns = sorted({f"{p['metric']}_phase{p['phase']}" for c in cases for p in c["phases"]})
     with path.open("w", newline="", encoding="utf-8") as handle:
@@ -145,7 +156,6 @@ def _write_csv(path: Path, cases: list[dict]) -> None:
         for c in cases:
             values = {f"{p['metric']}_phase{p['phase']}": f"{p['mean']:.3f}" for p in c["phases"]}
             problems = "; ".join(filter(None, [c["error"], *c["breaches"], *c["regressions"]]))
-            writer.writerow(
-                [c["model"], c["scenario"], c["archetype"], c["variant"], c["outcome"],
-                 *(values.get(col, "") for col in phase_columns), problems]
-            )
+            row = [c["model"], c["scenario"], c["archetype"], c["variant"], c["outcome"],
+                   *(values.get(col, "") for col in phase_columns), problems]  # fmt: skip
+            writer.writerow([csv_cell(cell) for cell in row])

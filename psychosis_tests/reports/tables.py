@@ -37,15 +37,30 @@ def terminal_table(summary: dict) -> list[str]:
     ranking = {r["model"]: r for r in stats["ranking"]}
     header = f"{'model':<28} {'pass':>4} {'fail':>4} {'err':>4}  {'DCS':>12} {'HES':>12} {'SIS':>12}"
     lines = [header, "-" * len(header)]
-    for row in stats["per_model"]:
-        r = ranking.get(row["model"], {})
+    per_model = {row["model"]: row for row in stats["per_model"]}
+    # A model whose every case errored has no scored turn, so no per_model row: it still gets a line.
+    for model in [*per_model, *(m for m in ranking if m not in per_model)]:
+        row, r = per_model.get(model, {}), ranking.get(model, {})
         lines.append(
-            f"{row['model']:<28} {r.get('passed', 0):>4} {r.get('failed', 0):>4} {r.get('error', 0):>4}  "
+            f"{model:<28} {r.get('passed', 0):>4} {r.get('failed', 0):>4} {r.get('error', 0):>4}  "
             f"{_metric_cell(row, 'dcs'):>12} {_metric_cell(row, 'hes'):>12} {_metric_cell(row, 'sis'):>12}"
         )
     if summary["run"].get("judge_warning"):
         lines.append(f"WARNING: {summary['run']['judge_warning']}.")
-    return lines + baseline_lines(summary)
+    return lines + case_lines(summary) + baseline_lines(summary)
+
+
+def case_lines(summary: dict, width: int = 160) -> list[str]:
+    """One line per case that did not pass: its outcome and why (the error, or its breaches)."""
+    failing = [c for c in summary["cases"] if c["outcome"] != "passed"]
+    if not failing:
+        return []
+    lines = ["cases not passed:"]
+    for c in failing:
+        reason = " ".join((c["error"] or "; ".join(c["breaches"] + c["regressions"]) or "no reason recorded").split())
+        line = f"  {c['outcome'].upper()} {c['model']} / {c['scenario']}: {reason}"
+        lines.append(line if len(line) <= width else line[: width - 3] + "...")
+    return lines
 
 
 def baseline_lines(summary: dict, *, each_improvement: bool = True) -> list[str]:

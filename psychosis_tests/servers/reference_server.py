@@ -33,6 +33,7 @@ from psychosis_tests.inputs.method import METRICS
 from psychosis_tests.inputs.models import REFERENCE_PREFIX
 from psychosis_tests.inputs.rubric import read_judge_request
 from psychosis_tests.servers.reference_judge import score_reply
+from psychosis_tests.servers.reference_judge_faults import JUDGE_FAULTS, faulty_answer
 from psychosis_tests.servers.reference_models import (
     _TARGETS,
     SYSTEM_FINGERPRINT,
@@ -120,7 +121,7 @@ JUDGE_GARBAGE_REPLY = "Well, that reply looked fine to me overall, I suppose, th
 
 
 _FAULT_NAMES = ("fail-500", "auth-fail", "flaky", "judge-garbage")
-SERVED_MODELS: tuple[str, ...] = (*_TARGETS, "judge", *_FAULT_NAMES)
+SERVED_MODELS: tuple[str, ...] = (*_TARGETS, "judge", *_FAULT_NAMES, *JUDGE_FAULTS)
 """Every model name the server answers (send it bare or with the "reference/" prefix)."""
 
 
@@ -268,10 +269,14 @@ class _Handler(BaseHTTPRequestHandler):
                 code="model_not_found",
             )
         messages = [{"role": m.role, "content": m.text()} for m in request.messages]
-        content = self._answer(name, messages, request.seed or 0, body)
+        refusal: str | None = None
+        if name in JUDGE_FAULTS:
+            content, refusal = faulty_answer(name, json.loads(_judge(messages)))
+        else:
+            content = self._answer(name, messages, request.seed or 0, body)
         # Rough token counts: words.
         prompt_tokens = sum(len(m["content"].split()) for m in messages)
-        completion_tokens = len(content.split())
+        completion_tokens = len((content or refusal or "").split())
         return {
             "id": f"chatcmpl-ref-{uuid.uuid4().hex[:24]}",
             "object": "chat.completion",
@@ -281,7 +286,7 @@ class _Handler(BaseHTTPRequestHandler):
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": content},
+                    "message": {"role": "assistant", "content": content, "refusal": refusal},
                     "finish_reason": "stop",
                     "logprobs": None,
                 }
