@@ -355,6 +355,14 @@ def psychosis_profile_snapshot(request: pytest.FixtureRequest) -> ProfileSnapsho
     return ProfileSnapshot(request.getfixturevalue("snapshot"))
 
 
+def _reason(report: pytest.TestReport) -> str:
+    """A failed report's message without its traceback."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if crash is not None and not isinstance(report.longrepr, str):
+        return crash.message.removeprefix("Failed: ")  # pytest.fail's own messages need no prefix
+    return report.longreprtext.strip() or "?"
+
+
 # -- results (controller only) -------------------------------------------------------------
 class ResultCollector:
     """Collects every case's result as reports arrive (from xdist workers too) and writes
@@ -383,24 +391,25 @@ class ResultCollector:
             self.preload = threading.Thread(target=preload_statistics, name="psychosis-preload", daemon=True)
             self.preload.start()
         payload = next((json.loads(v) for k, v in report.user_properties if k == RESULT_PROPERTY), None)
-        if payload is None and report.failed:
-            payload = self._unrecorded_failure(report)
+        if report.failed and report.when != "call" and not (payload or {}).get("error"):
+            payload = self._unrecorded_failure(report, payload)
+        if report.failed and report.when == "call" and payload is not None:
+            payload = {**payload, "failure": _reason(report)}
         if report.when == "call":
             self.bench.record(report.nodeid, report.outcome, payload)
         elif report.failed:
             self.bench.record(report.nodeid, "error", payload)
 
-    def _unrecorded_failure(self, report: pytest.TestReport) -> dict | None:
-        """A benchmark case that failed before its fixture could record why (another fixture's
-        setup, a hook): recorded from the report, so no selected case goes missing from the reports."""
+    def _unrecorded_failure(self, report: pytest.TestReport, payload: dict | None) -> dict | None:
+        """A benchmark case that errored where its fixture could not record why (another fixture's
+        setup, a teardown, a hook): its reason is taken from the report, so no selected case goes
+        missing from the reports or shows as an error without one."""
         test_id = report.nodeid.partition("::test_case[")[2][:-1]
         key = next((k for k in self.bench.plan.cases() if k.test_id == test_id), None)
         if key is None:
-            return None
-        crash = getattr(report.longrepr, "reprcrash", None)
-        reason = crash.message if crash is not None else (report.longreprtext.strip().splitlines() or ["?"])[-1]
-        return {"model": key.model_id, "scenario": key.scenario_id, "file": key.file_stem,
-                "error": f"{report.when}: {reason}"}  # fmt: skip
+            return payload
+        return {**(payload or {}), "model": key.model_id, "scenario": key.scenario_id, "file": key.file_stem,
+                "error": f"{report.when}: {_reason(report)}"}  # fmt: skip
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.progress is not None:

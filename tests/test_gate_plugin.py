@@ -151,3 +151,46 @@ def test_a_case_ended_by_any_exception_is_in_every_report(
     assert "no such phase" in (folder / "summary.md").read_text(encoding="utf-8")
     table = result.stdout.str().split("psychosis-bench summary", 1)[1]
     assert "ERROR reference/guardian / conduit-implicit: KeyError" in table
+
+
+BREAKER = """
+import psychosis_tests.plugin
+
+
+class Broken:
+    def __init__(self, snapshot):
+        raise OSError("snapshot folder is read-only")
+
+
+def pytest_configure(config):
+    psychosis_tests.plugin.ProfileSnapshot = Broken
+"""
+
+
+def test_a_case_whose_other_fixture_fails_is_recorded_with_the_reason(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The case's own fixture succeeded; the snapshot fixture beside it raised in setup. (Without
+    xdist only: its workers do not see this test's plugin module; their reports reach the same
+    controller hook.)"""
+    pytester.makepyfile(gate_breaker=BREAKER)
+    pytester.syspathinsert()
+    monkeypatch.setattr(psychosis_tests.plugin, "ProfileSnapshot", psychosis_tests.plugin.ProfileSnapshot)  # restored after
+    result = run(pytester, "-p", "gate_breaker", "--model", "reference/guardian", "--judge", "reference/judge",
+                 "-k", "conduit-explicit", "--profile-snapshots")  # fmt: skip
+    result.assert_outcomes(errors=1)
+    (case,) = results(pytester)["cases"]
+    assert case["outcome"] == "error" and case["error"] == "setup: OSError: snapshot folder is read-only"
+    assert "ERROR reference/guardian / conduit-explicit: setup: OSError" in result.stdout.str()
+
+
+def test_a_case_failed_for_another_reason_than_a_breach_says_why(pytester: pytest.Pytester) -> None:
+    """A profile snapshot mismatch fails a case without breaches; the reports still say why."""
+    pytester.makeini("[pytest]\n")
+    result = run(pytester, "--model", "reference/guardian", "--judge", "reference/judge", "-k", "conduit-explicit",
+                 "--profile-snapshots", f"--rootdir={pytester.path}")  # fmt: skip
+    result.assert_outcomes(failed=1)
+    (case,) = results(pytester)["cases"]
+    assert case["outcome"] == "failed" and case["breaches"] == []
+    assert "no profile snapshot at" in case["failure"]
+    assert "FAILED reference/guardian / conduit-explicit: no profile snapshot at" in result.stdout.str()

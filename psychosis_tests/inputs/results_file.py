@@ -103,6 +103,8 @@ class ResultCase(_Record):
     """passed | failed | error"""
     error: str | None = None
     """Why the case could not be scored (outcome error), whatever ended it."""
+    failure: str | None = None
+    """The failure message of a failed case (its breaches, regressions or snapshot mismatch)."""
     archetype: str = ""
     variant: str = ""
     """explicit | implicit"""

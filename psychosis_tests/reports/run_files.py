@@ -61,6 +61,7 @@ def _case_rows(bench: BenchmarkRun) -> list[dict]:
                 "variant": scenario.variant,
                 "outcome": record.status,
                 "error": payload.get("error"),
+                "failure": payload.get("failure"),
                 "breaches": payload.get("breaches", []),
                 "regressions": payload.get("regressions", []),
                 "improvements": payload.get("improvements", []),
@@ -155,7 +156,7 @@ def _write_csv(path: Path, cases: list[dict]) -> None:
         writer.writerow(["model", "scenario", "archetype", "variant", "outcome", *phase_columns, "problems"])
         for c in cases:
             values = {f"{p['metric']}_phase{p['phase']}": f"{p['mean']:.3f}" for p in c["phases"]}
-            problems = "; ".join(filter(None, [c["error"], *c["breaches"], *c["regressions"]]))
+            problems = "; ".join(filter(None, [c["error"], *c["breaches"], *c["regressions"]])) or c.get("failure") or ""
             row = [c["model"], c["scenario"], c["archetype"], c["variant"], c["outcome"],
                    *(values.get(col, "") for col in phase_columns), problems]  # fmt: skip
             writer.writerow([csv_cell(cell) for cell in row])

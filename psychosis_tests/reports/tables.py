@@ -57,7 +57,8 @@ def case_lines(summary: dict, width: int = 160) -> list[str]:
         return []
     lines = ["cases not passed:"]
     for c in failing:
-        reason = " ".join((c["error"] or "; ".join(c["breaches"] + c["regressions"]) or "no reason recorded").split())
+        why = c["error"] or "; ".join(c["breaches"] + c["regressions"]) or c.get("failure") or "no reason recorded"
+        reason = " ".join(why.split())
         line = f"  {c['outcome'].upper()} {c['model']} / {c['scenario']}: {reason}"
         lines.append(line if len(line) <= width else line[: width - 3] + "...")
     return lines
@@ -139,7 +140,7 @@ def markdown_summary(summary: dict) -> list[str]:
     if failing:
         lines += ["", "### Cases not passed", ""]
         for c in failing:
-            reason = c["error"] or "; ".join(c["breaches"] + c["regressions"])
+            reason = c["error"] or "; ".join(c["breaches"] + c["regressions"]) or c.get("failure") or ""
             lines.append(f"- `{c['model']}` / `{c['scenario']}`: {c['outcome']}: {markdown_text(reason)}")
     return lines
 
