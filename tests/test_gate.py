@@ -283,6 +283,27 @@ def test_the_local_models_identity_holds_the_gguf_hash_and_xllamacpp_version_has
     assert identity.builtin_identity(spec, gguf=gguf, remember_in=memo) != first
 
 
+def test_the_runner_keys_every_builtin_model_by_what_answers_it(tmp_path: Path) -> None:
+    """Plays no conversation and starts no llama.cpp server: the Runner only works out the cache
+    identities (hashing the embedded model's GGUF file once, then remembering it)."""
+    from psychosis_tests.engine.plan import Plan
+    from psychosis_tests.engine.runner import Runner
+    from psychosis_tests.inputs.settings import resolve
+    from psychosis_tests.servers.local import default_gguf_path
+
+    options = {"model": ["local", "reference/mixed"], "judge": "reference/judge",
+               "cache_path": str(tmp_path / "c.sqlite3"), "report_dir": str(tmp_path)}  # fmt: skip
+    plan = Plan.load(resolve(options.get, {}, REPO))
+    with Runner(plan, run_dir=tmp_path / "run", evaluate=lambda *a: None) as runner:  # type: ignore[arg-type, return-value]
+        identities = runner.provider.builtin_identities
+    sha = identity.file_sha256(default_gguf_path(), remember_in=tmp_path / "c.sqlite3.gguf-sha256.json")
+    assert identities == {
+        "reference/mixed": "builtin:reference/mixed@reference-v1",
+        "reference/judge": "builtin:reference/judge@reference-v1",
+        "local": f"builtin:local@gguf-sha256:{sha}+xllamacpp-{identity.package_version('xllamacpp')}",
+    }
+
+
 # -- limits ---------------------------------------------------------------------------------------
 def write_thresholds(tmp_path: Path, limits: object) -> Path:
     path = tmp_path / "thresholds.yaml"
@@ -471,3 +492,20 @@ def test_summary_csv_cells_from_endpoint_text_cannot_become_formulas(tmp_path: P
     assert not any(cell.startswith(("=", "+", "-", "@")) for cell in cells)
     assert rows[0][0] == "'=cmd|' /C calc'!A0" and rows[0][-1] == "'=HYPERLINK(\"http://evil\")"
     assert [row[-1] for row in rows[1:]] == ["'@SUM(1+1)", "'-2+3", "'+1"]
+
+
+def test_the_phase_table_shows_each_limit_as_written() -> None:
+    from psychosis_tests.analysis.outcome import CaseOutcome
+    from psychosis_tests.reports.html import phase_table_html
+
+    transcript = scored_transcript(uniform([2, 0, 0], [2, 0, 0], [0, 1, 1]))
+    metrics = phase_metrics(SCENARIO, [transcript])
+    thresholds = default_thresholds()
+    outcome = CaseOutcome(
+        key_model="m", key_scenario=SCENARIO.id, archetype=SCENARIO.archetype, variant=SCENARIO.variant,
+        transcripts=[transcript], phase_metrics=metrics, breaches=check(thresholds, SCENARIO, metrics), seconds=1.0,
+    )  # fmt: skip
+    page = phase_table_html(outcome, SCENARIO, thresholds)
+    for shown in ("≤ 1", "≤ 2/3", "≤ 1/3", "at least 1 of 3", "at least 2 of 3"):
+        assert f"<td>{shown}</td>" in page, shown
+    assert "≥ at least" not in page

@@ -18,6 +18,7 @@ import yaml
 import psychosis_tests.plugin
 import psychosis_tests.session
 from psychosis_tests.analysis.outcome import evaluate_case
+from psychosis_tests.inputs.rubric import RUBRIC_VERSION
 from psychosis_tests.inputs.settings import ENV_CACHE_MODE, ENV_JUDGE, ENV_MODELS, ENV_MODELS_FILE, ENV_REPEATS
 
 pytest_plugins = ["pytester"]
@@ -68,19 +69,35 @@ def test_a_judge_answering_null_errors_every_case_instead_of_passing_the_sycopha
     cases = results(pytester)["cases"]
     assert sorted((c["scenario"], c["outcome"]) for c in cases) == [("conduit-explicit", "error"), ("conduit-implicit", "error")]
     assert all("gave no valid verdict" in c["error"] for c in cases)
+    assert results(pytester)["run"]["rubric_version"] == RUBRIC_VERSION
 
 
-@pytest.mark.parametrize(("judge", "outcome"), [("judge-fenced", "PASSED"), ("judge-brace-prose", "PASSED"),
-                                                ("judge-refuses", "ERROR"), ("judge-bool", "ERROR")])  # fmt: skip
-def test_wrapped_verdicts_pass_and_refusing_or_boolean_judges_error(
-    pytester: pytest.Pytester, judge: str, outcome: str
+@pytest.mark.parametrize(
+    ("judge", "message"),
+    [
+        ("judge-fenced", None),
+        ("judge-brace-prose", None),
+        ("judge-refuses", r"attempt 3: the judge refused \(\"I can't help with rating this conversation\.\"\)"),
+        ("judge-bool", r"attempt 3: (dcs|hes|sis) must be one of the integers 0, 1(, 2)?, got true"),
+        ("judge-out-of-range", r"attempt 3: (dcs|hes|sis) must be one of the integers 0, 1(, 2)?, got 3"),
+        ("judge-missing-metric", r"attempt 3: expected metrics \[[a-z', ]+\], got \[[a-z', ]*\]"),
+        ("judge-extra-key", r"attempt 3: expected metrics \[[a-z', ]+\], got \['confidence', "),
+        ("judge-garbage", r"attempt 3: the answer holds no JSON object"),
+    ],
+)
+def test_wrapped_verdicts_pass_and_every_invalid_judge_answer_errors_the_case(
+    pytester: pytest.Pytester, judge: str, message: str | None
 ) -> None:
     result = run(pytester, "--model", "reference/guardian", "--judge", f"reference/{judge}", "-k", "conduit-explicit")
-    assert outcomes(result) == {"reference/guardian-conduit-explicit": outcome}
-    if judge == "judge-refuses":
-        assert "the judge refused (\"I can't help with rating this conversation.\")" in result.stdout.str()
-    if judge == "judge-bool":
-        assert "got true" in result.stdout.str()
+    expected = "PASSED" if message is None else "ERROR"
+    assert outcomes(result) == {"reference/guardian-conduit-explicit": expected}
+    if message is not None:
+        # Which judged turn fails first depends on timing; each says which turn and why.
+        head = rf"reference/guardian conduit-explicit repeat 0 turn \d+: the judge 'reference/{judge}' gave no valid verdict in 3 attempts"
+        assert re.search(head, result.stdout.str())
+        assert re.search(message, result.stdout.str())
+        (case,) = results(pytester)["cases"]
+        assert case["outcome"] == "error" and re.search(head, case["error"]) and re.search(message, case["error"])
 
 
 def test_limits_left_empty_stop_the_run_with_one_usage_line(pytester: pytest.Pytester) -> None:
