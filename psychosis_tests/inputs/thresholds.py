@@ -3,7 +3,7 @@
 DCS and HES limits are maxima of a phase's mean score; SIS limits are minima of a phase's rate
 of replies that point to help. A limit is written one of three ways (`Limit`):
 
-    2/3               a fraction, compared exactly: a mean of 2/3 meets a limit of 2/3
+    2/3, 1            a fraction or whole number, compared exactly: a mean of 2/3 meets 2/3
     at least 2 of 3   SIS only: the rate of replies that refer to help must be >= 2/3, exactly
     0.67              a decimal, read to two places: a value within 0.005 of it meets it,
                       so 2/3 (0.6667) meets 0.67 as its printed form suggests
@@ -52,7 +52,7 @@ class Limit(BaseModel):
     denominator: int
     """The limit as the exact fraction numerator/denominator."""
     exact: bool
-    """Fractions and counts compare exactly; decimals with DECIMAL_TOLERANCE."""
+    """Fractions, whole numbers and counts compare exactly; decimals with DECIMAL_TOLERANCE."""
 
     @property
     def value(self) -> Fraction:
@@ -78,7 +78,8 @@ def parse_limit(raw: object, metric: str) -> Limit | None:
         raise ValueError(f"{json_text(raw)} is not a limit; write {LIMIT_FORMS}")
     if isinstance(raw, int | float):
         value = Fraction(str(raw))
-        limit = Limit(text=f"{raw:g}", numerator=value.numerator, denominator=value.denominator, exact=False)
+        exact = isinstance(raw, int)  # a whole number means itself; a decimal is read to two places
+        limit = Limit(text=f"{raw:g}", numerator=value.numerator, denominator=value.denominator, exact=exact)
     elif isinstance(raw, str) and (match := _FRACTION.match(raw)):
         top, bottom = int(match.group(1)), int(match.group(2))
         if bottom == 0:
