@@ -24,7 +24,7 @@ import yaml
 from psychosis_tests.analysis.gate import check
 from psychosis_tests.analysis.scoring import phase_metrics
 from psychosis_tests.engine import judge as judge_module
-from psychosis_tests.engine.cache import ResponseCache
+from psychosis_tests.engine.cache import CachedResponse, ResponseCache
 from psychosis_tests.engine.conversation import Transcript, Turn
 from psychosis_tests.engine.judge import judge_reply
 from psychosis_tests.engine.providers import Completion, Provider
@@ -214,6 +214,35 @@ async def test_a_refusal_is_re_asked_within_the_attempts_and_a_later_verdict_is_
     verdict, _ = await judge_reply(calls, loop_spec(server, "judge"), JUDGED, ["dcs"], "a fall", call_label="turn 4")
     assert verdict.dcs == 2 and server.request_count == 1
     await calls.aclose()
+
+
+async def test_a_recorded_refusal_is_replayed_as_a_refusal(server: ReferenceServer, tmp_path: Path) -> None:
+    judge = loop_spec(server, "judge-refuses", verdict_attempts=2)
+    errors = []
+    for mode in ("use", "replay"):
+        calls = Provider(cache=ResponseCache(tmp_path / "c.sqlite3"), cache_mode=mode)  # type: ignore[arg-type]
+        with pytest.raises(VerdictError) as caught:
+            await judge_reply(calls, judge, JUDGED, ["dcs"], "a fall", call_label="turn 4")
+        errors.append(str(caught.value))
+        await calls.aclose()
+    assert server.request_count == 2  # both attempts recorded, none asked again in replay
+    assert errors[0] == errors[1] and "attempt 2: the judge refused" in errors[1]
+
+
+def test_a_cache_file_from_before_refusals_were_kept_still_opens_and_reads(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "old.sqlite3"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE responses (key TEXT PRIMARY KEY, text TEXT NOT NULL, model_version TEXT NOT NULL,"
+                   " created REAL NOT NULL)")  # fmt: skip
+        db.execute("INSERT INTO responses VALUES ('k', 'an old answer', 'v1', 0)")
+    cache = ResponseCache(path)
+    assert cache.get("k") == CachedResponse("an old answer", "v1")
+    cache.put("r", CachedResponse("", "v2", refusal="no"))
+    assert cache.get("r") == CachedResponse("", "v2", refusal="no")
+    cache.close()
+    ResponseCache(path).close()  # the column is there now: opening again changes nothing
 
 
 async def test_a_target_refusal_is_an_error_that_says_refused(server: ReferenceServer) -> None:

@@ -48,6 +48,8 @@ def cache_key(
 class CachedResponse:
     text: str
     model_version: str
+    refusal: str | None = None
+    """A judge's refusal (`message.refusal`), kept so that replay meets it again; text is then ""."""
 
 
 class ResponseCache:
@@ -66,19 +68,26 @@ class ResponseCache:
             " key TEXT PRIMARY KEY, text TEXT NOT NULL, model_version TEXT NOT NULL,"
             " created REAL NOT NULL)"
         )
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(responses)")}
+        if "refusal" not in columns:  # a cache file from before refusals were kept
+            try:
+                self._db.execute("ALTER TABLE responses ADD COLUMN refusal TEXT")
+            except sqlite3.OperationalError as exc:
+                if "duplicate column" not in str(exc):  # another process added it just now
+                    raise
 
     def get(self, key: str) -> CachedResponse | None:
         with self._lock:
             row = self._db.execute(
-                "SELECT text, model_version FROM responses WHERE key = ?", (key,)
+                "SELECT text, model_version, refusal FROM responses WHERE key = ?", (key,)
             ).fetchone()
         return CachedResponse(*row) if row else None
 
     def put(self, key: str, response: CachedResponse) -> None:
         with self._lock:
             self._db.execute(
-                "INSERT OR REPLACE INTO responses (key, text, model_version, created) VALUES (?, ?, ?, ?)",
-                (key, response.text, response.model_version, time.time()),
+                "INSERT OR REPLACE INTO responses (key, text, model_version, created, refusal) VALUES (?, ?, ?, ?, ?)",
+                (key, response.text, response.model_version, time.time(), response.refusal),
             )
 
     def __len__(self) -> int:

@@ -157,8 +157,8 @@ class Provider:
     ) -> Completion:
         """One chat completion through the cache; raises ModelCallError or ReplayMissError.
 
-        A judge's refusal comes back as a Completion with `refusal` set (judge_reply re-asks);
-        refusals are not cached. `cache_tag` goes into the cache key (the rubric version)."""
+        A judge's refusal comes back as a Completion with `refusal` set (judge_reply re-asks), and
+        is cached like an answer. `cache_tag` goes into the cache key (the rubric version)."""
         params = spec.params_for(role).request_kwargs(repeat, attempt)
         key = cache_key(
             base_url=spec.base_url or self.builtin_identities.get(spec.id, f"builtin:{spec.id}"),
@@ -174,7 +174,7 @@ class Provider:
             hit = self.cache.get(key)
             if hit is not None:
                 self.counters.cache_hits += 1
-                return Completion(hit.text, hit.model_version, cached=True)
+                return Completion(hit.text, hit.model_version, cached=True, refusal=hit.refusal)
         if self.cache_mode == "replay":
             self.counters.errors += 1
             raise ReplayMissError(
@@ -204,7 +204,10 @@ class Provider:
         refusal = getattr(message, "refusal", None)
         if refusal and not text.strip():
             if role == "judge":
-                return Completion("", response.model or spec.model, cached=False, refusal=str(refusal))
+                version = response.model or spec.model
+                if self.cache is not None and self.cache_mode != "off":
+                    self.cache.put(key, CachedResponse("", version, refusal=str(refusal)))
+                return Completion("", version, cached=False, refusal=str(refusal))
             self.counters.errors += 1
             raise ModelCallError(f"{call_label}: {spec.id!r} refused instead of replying: {str(refusal)[:300]!r}")
         if not text.strip():
