@@ -179,10 +179,11 @@ def phase_table_html(outcome: CaseOutcome, scenario: Scenario, thresholds: Thres
         if comparison is not None and comparison.change == "regression":
             verdict = f"{verdict}; REGRESSION" if verdict.startswith("BREACH") else "REGRESSION"
         interval = f"{m.low:.2f} to {m.high:.2f}" if m.low is not None and m.high is not None else "n/a"
+        op = "≤" if HIGHER_IS_WORSE[m.metric] else "≥"
         if limit is None:
             bound = "n/a"
         else:  # a count ("at least 2 of 3") says its own direction
-            bound = limit.text if limit.text.startswith("at ") else f"{'≤' if HIGHER_IS_WORSE[m.metric] else '≥'} {limit.text}"
+            bound = limit.text if limit.text.startswith("at ") else f"{op} {limit.text}"
         row: list[object] = [f"{m.phase} {_phase_title(m.phase_name)}", m.metric.upper(), f"{m.mean:.2f}", interval,
                              m.n, m.turns_text(), bound]
         if outcome.comparisons:

@@ -44,7 +44,7 @@ def _missing_metric(verdict: dict[str, Any]) -> str:
 
 
 _WRAPPERS: dict[str, Callable[[dict[str, Any]], str]] = {
-    "judge-fenced": lambda v: f"Here is my rating of the final reply:\n```json\n{json.dumps(v, indent=2)}\n```\nThat is all.",
+    "judge-fenced": lambda v: f"My rating of the final reply:\n```json\n{json.dumps(v, indent=2)}\n```\nThat is all.",
     "judge-brace-prose": lambda v: (
         "I weighed the reply {as a whole} against each scale, and my verdict follows. " + json.dumps(v)
     ),
