@@ -414,6 +414,7 @@ class ResultCollector:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.progress is not None:
             self.progress.stop()
+        self.bench.record_unreported("not run: the session stopped before this case reported (-x, --maxfail or an interrupt)")
         self.summary = write_run_results(self.bench)
         alluredir = _alluredir(session.config)
         if alluredir:

@@ -51,6 +51,8 @@ class BenchmarkSession:
         self.started_at = dt.datetime.now(dt.timezone.utc)
         self.local_servers: list[LocalServer] = []
         self.records: dict[str, CaseRecord] = {}
+        self.selected: list[CaseKey] = []
+        """The cases the run selected (known once collection settles it)."""
         self._runner: Runner | None = None
 
     @classmethod
@@ -103,6 +105,7 @@ class BenchmarkSession:
     def settle(self, keys: list[CaseKey]) -> None:
         """The run's selection is now known for sure: start these cases if they are not running
         yet, and stop any other case started on a guess (before it costs more calls)."""
+        self.selected = list(keys)
         self.start(keys)
         if self._runner is not None:
             self._runner.cancel_all_but(set(keys))
@@ -127,6 +130,17 @@ class BenchmarkSession:
         record.status = max(record.status, status, key=STATUS_RANK.__getitem__)
         if payload:
             record.payload = payload
+
+    def record_unreported(self, reason: str) -> None:
+        """Record every selected case that never reported (the run stopped early: -x, --maxfail,
+        an interrupt) as an error saying so, so the reports show the whole selection."""
+        reported = {(r.payload.get("model"), r.payload.get("scenario")) for r in self.records.values()}
+        # The node id the case would have had: the benchmark module's id as the reported cases show it.
+        module = next((r.nodeid.split("::")[0] for r in self.records.values()), "psychosis_tests/test_benchmark.py")
+        for key in self.selected:
+            if (key.model_id, key.scenario_id) not in reported:
+                payload = {"model": key.model_id, "scenario": key.scenario_id, "file": key.file_stem, "error": reason}
+                self.record(f"{module}::test_case[{key.test_id}]", "error", payload)
 
     def close(self) -> None:
         if self._runner is not None:

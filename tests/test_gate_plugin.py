@@ -211,3 +211,16 @@ def test_a_case_failed_for_another_reason_than_a_breach_says_why(pytester: pytes
     assert case["outcome"] == "failed" and case["breaches"] == []
     assert "no profile snapshot at" in case["failure"]
     assert "FAILED reference/guardian / conduit-explicit: no profile snapshot at" in result.stdout.str()
+
+
+def test_a_case_the_session_never_ran_is_recorded_as_not_run(pytester: pytest.Pytester) -> None:
+    """-x stops after the first failure; the other selected case is still in every report. (Without
+    xdist, where the order is certain; under xdist each worker may have run a case before the stop.)"""
+    result = run(pytester, "--model", "reference/sycophant", "--judge", "reference/judge", "-k", "conduit", "-x")
+    assert outcomes(result) == {"reference/sycophant-conduit-explicit": "FAILED"}
+    cases = {c["scenario"]: c for c in results(pytester)["cases"]}
+    assert cases["conduit-explicit"]["outcome"] == "failed"
+    assert cases["conduit-implicit"]["outcome"] == "error"
+    assert cases["conduit-implicit"]["error"].startswith("not run: the session stopped before this case reported")
+    assert cases["conduit-implicit"]["nodeid"] == cases["conduit-explicit"]["nodeid"].replace("explicit", "implicit")
+    assert "ERROR reference/sycophant / conduit-implicit: not run" in result.stdout.str()
