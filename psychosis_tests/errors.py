@@ -16,11 +16,43 @@
     └── LocalServerError         the embedded llama.cpp server failed to start or died
 
 ConfigError carries the file and field so the one line shown to the user says where to look.
+A CaseError's message often quotes an endpoint (an error body, a reply): it is made inert when the
+error is made (`inert`: no escape sequence or control character reaches a terminal or a report raw)
+and key-like strings in it are masked (`redact`).
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from pathlib import Path
+
+_UNPRINTABLE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+    "\ud800-\udfff]"
+)
+"""Control characters (all but newline and tab), bidi and zero-width marks, lone surrogates."""
+_KEY_SHAPES = re.compile(
+    r"(?i:\bbearer\s+)[^\s\"',;]+"  # an Authorization header value
+    r"|\bsk-[A-Za-z0-9_*\-]{6,}"  # OpenAI, OpenRouter, Anthropic style keys, masked or not
+    r"|\bAIza[0-9A-Za-z_\-]{20,}"  # Google API keys
+)
+REDACTED = "[redacted]"
+
+
+def inert(text: str) -> str:
+    """`text` with every control character (but newline and tab), bidi or zero-width mark and lone
+    surrogate written as a visible escape such as \\x1b: safe to print and to encode as UTF-8."""
+    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text)
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """`text` with the given secrets (e.g. the configured API keys) and key-shaped strings
+    (sk-..., Bearer ..., AIza...) replaced by [redacted]."""
+    for secret in secrets:
+        if secret and len(secret) >= 8:
+            text = text.replace(secret, REDACTED)
+    return _KEY_SHAPES.sub(REDACTED, text)
 
 
 class PsychosisBenchError(Exception):
@@ -58,7 +90,12 @@ class BaselineError(ConfigError):
 
 
 class CaseError(PsychosisBenchError):
-    """One case could not be run or scored: reported as a test error with its cause."""
+    """One case could not be run or scored: reported as a test error with its cause.
+
+    The message is made inert and key-like strings in it are masked, whoever raises it."""
+
+    def __init__(self, message: str):
+        super().__init__(redact(inert(str(message))))
 
 
 class ModelCallError(CaseError):

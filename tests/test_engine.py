@@ -34,9 +34,9 @@ from psychosis_tests.servers.reference_server import ReferenceServer
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIO = load_scenario_file(REPO / "scenarios" / "conduit-implicit.yaml")
-# Not conduit-explicit: a pair shares its engagement turns word for word, so their first calls share cache rows.
+# conduit-explicit opens with the same words as SCENARIO: each conversation still keeps its own rows.
 OTHER_SCENARIOS = [
-    load_scenario_file(REPO / "scenarios" / f"{s}.yaml") for s in ("digital-romance-explicit", "turing-test-implicit")
+    load_scenario_file(REPO / "scenarios" / f"{s}.yaml") for s in ("conduit-explicit", "turing-test-implicit")
 ]
 CALLS_PER_CONVERSATION = 12 + 9  # a reply per turn, a verdict per turn from phase 2 on
 MESSAGES = [
@@ -69,6 +69,7 @@ BASE_KEY: dict[str, Any] = {
     "messages": MESSAGES,
     "params": {"temperature": 0.7, "max_tokens": 200, "seed": 3, "top_p": 0.9},
     "response_format": None,
+    "conversation": "conduit-explicit#0",
     "repeat": 0,
     "attempt": 0,
 }
@@ -98,6 +99,7 @@ KEY_VARIANTS: dict[str, dict[str, Any]] = {
     "top_p": _with(params={**BASE_KEY["params"], "top_p": 0.5}),
     "no-seed": _with(params={k: v for k, v in BASE_KEY["params"].items() if k != "seed"}),
     "response_format": _with(response_format={"type": "json_object"}),
+    "conversation": _with(conversation="conduit-implicit#0"),
     "repeat": _with(repeat=1),
     "attempt": _with(attempt=1),
 }
@@ -411,8 +413,8 @@ async def test_retries_are_bounded(server: ReferenceServer) -> None:
             call_label="bounded call",
         )
     assert server.request_count == 2
-    assert "bounded call: 'loop/flaky' failed: HTTP 503" in str(caught.value)
-    assert "after 1 retries" in str(caught.value)
+    assert f"bounded call: 'loop/flaky' at {server.url} failed: HTTP 503" in str(caught.value)
+    assert str(caught.value).endswith(", after 2 attempts")
     await calls.aclose()
 
 
@@ -432,8 +434,8 @@ async def test_non_retryable_errors_fail_at_once_with_the_cause(
         await calls.chat(loop_spec(server, model, max_retries=5), messages, role="target", call_label="turn 3")
     assert server.request_count == 1
     message = str(caught.value)
-    assert message.startswith(f"turn 3: 'loop/{model}' failed: HTTP {status}: ")
-    assert cause in message and "(not retryable)" in message
+    assert message.startswith(f"turn 3: 'loop/{model}' at {server.url} failed: HTTP {status}: ")
+    assert cause in message and message.endswith("(not retryable, 1 attempt)")
     assert calls.counters.errors == 1
     await calls.aclose()
 

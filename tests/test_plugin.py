@@ -269,7 +269,11 @@ def test_model_http_500_is_an_error_naming_status_and_turn(bench: Bench) -> None
     assert len(outcomes(result)) == 16
     text = result.stdout.str()
     for scenario in SCENARIO_IDS:
-        assert f"reference/fail-500 {scenario} repeat 0 turn 1: 'reference/fail-500' failed: HTTP 500" in text
+        assert re.search(
+            rf"reference/fail-500 {scenario} repeat 0 turn 1: 'reference/fail-500' at http://127\.0\.0\.1:\d+/v1 "
+            r"failed: HTTP 500: .*, after 3 attempts",
+            text,
+        )
 
 
 def test_invalid_judge_verdict_is_an_error_naming_the_verdict(bench: Bench) -> None:
@@ -292,15 +296,15 @@ def test_auth_failure_is_an_error_not_retried(bench: Bench, loopback: ReferenceS
     )
     result.assert_outcomes(errors=8)
     text = result.stdout.str()
-    assert "'rejected' failed: HTTP 401: invalid API key" in text
-    assert "(not retryable)" in text
+    assert f"'rejected' at {loopback.url} failed: HTTP 401: invalid API key" in text
+    assert "(not retryable, 1 attempt)" in text
     # Fast because it is never retried: one request per case, despite max_retries 5.
     assert loopback.request_count - before == 8
 
     builtin = bench.run("--model", "reference/auth-fail", "--judge", "reference/judge", "-k", "conduit", "-rA")
     builtin.assert_outcomes(errors=2)
-    assert builtin.stdout.str().count("'reference/auth-fail' failed: HTTP 401: invalid API key") >= 2
-    assert "(not retryable)" in builtin.stdout.str()
+    assert len(re.findall(r"'reference/auth-fail' at \S+ failed: HTTP 401: invalid API key", builtin.stdout.str())) >= 2
+    assert "(not retryable, 1 attempt)" in builtin.stdout.str()
 
 
 # -- bad input ------------------------------------------------------------------------------

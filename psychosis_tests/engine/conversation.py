@@ -32,6 +32,8 @@ class Turn(BaseModel):
     """What the scripted user said."""
     reply: str
     """The target model's reply (untrusted text)."""
+    finish_reason: str | None = None
+    """Why the endpoint stopped the reply: "stop", "length" (cut at max_tokens: reports mark it), ..."""
     metrics: list[str]
     """Metrics scored on this turn."""
     verdict: Verdict | None = None
@@ -70,6 +72,7 @@ async def run_conversation(
     judging: list[asyncio.Task[tuple[Verdict, str]]] = []
     version = ""
     phases = scenario.phase_of_turn()
+    conversation = f"{target.id}/{scenario.id}#{repeat}"  # the case and repeat: its own sample in the cache
     try:
         for index, user_text in enumerate(scenario.turns, start=1):
             for task in judging:  # a verdict that failed for good fails the case now, not at the end
@@ -78,7 +81,8 @@ async def run_conversation(
             label = f"{target.id} {scenario.id} repeat {repeat} turn {index}"
             messages.append({"role": "user", "content": user_text})
             completion = await provider.chat(
-                target, list(messages), role="target", call_label=label, repeat=repeat, priority=priority
+                target, list(messages), role="target", call_label=label,
+                conversation=conversation, repeat=repeat, priority=priority,
             )
             version = completion.model_version
             messages.append({"role": "assistant", "content": completion.text})
@@ -91,6 +95,7 @@ async def run_conversation(
                     phase_name=scenario.phases[phase - 1].name,
                     user=user_text,
                     reply=completion.text,
+                    finish_reason=completion.finish_reason,
                     metrics=metrics,
                 )
             )
@@ -100,7 +105,7 @@ async def run_conversation(
                     asyncio.create_task(
                         judge_reply(
                             provider, judge, shown, metrics, scenario.judge_harm,
-                            call_label=label, repeat=repeat, priority=priority,
+                            call_label=label, sample=conversation, repeat=repeat, priority=priority,
                         ),
                         name=label,
                     )

@@ -31,10 +31,12 @@ async def judge_reply(
     harm: str,
     *,
     call_label: str,
+    sample: str = "",
     repeat: int = 0,
     priority: int = 0,
 ) -> tuple[Verdict, str]:
     """Score the last reply of `conversation`. Returns the verdict and the judge's model version.
+    `sample` names the conversation for the cache (each conversation keeps its own verdicts).
 
     An invalid answer is shown back to the judge with what was wrong and asked again (so even a
     deterministic judge answers differently), up to the judge's `verdict_attempts`; then
@@ -53,6 +55,7 @@ async def judge_reply(
         completion = await provider.chat(
             judge,
             messages,
+            conversation=sample,
             repeat=repeat,
             attempt=attempt,
             response_format=fmt,

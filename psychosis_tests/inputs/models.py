@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from psychosis_tests.errors import MissingKeyError, ModelsFileError
 
 REFERENCE_PREFIX = "reference/"
-REFERENCE_MODELS = ("sycophant", "guardian", "keyword-guard", "noisy", "mixed", "judge")
+REFERENCE_MODELS = ("sycophant", "guardian", "keyword-guard", "noisy", "mixed", "random", "judge")
 # Fault-injecting reference models, for the suite's own tests of error handling.
 REFERENCE_FAULT_MODELS = ("fail-500", "auth-fail", "flaky", "judge-garbage")
 # Reference judges whose every answer is faulty in one way (servers.reference_server says how);
@@ -109,11 +109,12 @@ class ModelSpec(BaseModel):
     verdict_attempts: int = Field(default=3, ge=1, le=10)
     """As judge: how many times to ask before an invalid verdict becomes a case error."""
     timeout: float = Field(default=120.0, gt=0)
-    """Seconds one HTTP attempt may take."""
+    """Seconds one HTTP attempt may take (connect and read); a timed-out attempt is retried."""
     max_retries: int = Field(default=5, ge=0, le=20)
-    """Retries on 429, 5xx, timeouts and connection errors (exponential backoff, honours Retry-After)."""
+    """Further attempts after a transient fault: 408, 409, 429, 5xx, a timeout, a broken connection,
+    a body cut short (exponential backoff, or the wait Retry-After asks for). See docs/reliability.md."""
     deadline: float = Field(default=900.0, gt=0)
-    """Seconds one call may take in all, retries included."""
+    """Seconds one call may take in all, from its first attempt, retries and their waits included."""
 
     @model_validator(mode="after")
     def _one_way_to_reach(self) -> ModelSpec:

@@ -7,6 +7,7 @@ import html
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from psychosis_tests.engine.plan import CaseKey
 from psychosis_tests.inputs.method import (
     HIGHER_IS_WORSE,
     METRICS,
@@ -117,6 +118,26 @@ def _verdict_html(turn: Turn) -> str:
     return f'<div class="verdict">{"".join(scores)}{rationale}</div>'
 
 
+REPLY_CHARS = 20_000
+"""Replies longer than this are shown cut in reports; the case file keeps every character."""
+
+
+def _reply_html(turn: Turn, outcome: CaseOutcome) -> str:
+    """A reply, cut at REPLY_CHARS with a note where, and marked when the endpoint cut it."""
+    text = turn.reply
+    notes = []
+    if turn.finish_reason == "length":
+        notes.append("the endpoint cut this reply at its length limit (finish_reason length); it was scored as it stands")
+    if len(text) > REPLY_CHARS:
+        stem = CaseKey(outcome.key_model, outcome.key_scenario).file_stem
+        notes.append(
+            f"shown cut at {REPLY_CHARS:,} of {len(text):,} characters; the whole reply is in cases/{stem}.json"
+        )
+        text = text[:REPLY_CHARS] + " [...]"
+    marks = "".join(f'<div class="verdict note">{_e(note)}</div>' for note in notes)
+    return f'<div class="text">{_e(text)}</div>{marks}'
+
+
 def transcript_html(outcome: CaseOutcome, scenario: Scenario) -> str:
     """Every user turn and reply of every repeat, each scored reply with its scores and rationale."""
     title = f"{outcome.key_model} · {scenario.id}"
@@ -153,7 +174,7 @@ def transcript_html(outcome: CaseOutcome, scenario: Scenario) -> str:
                 f'<div class="user"><div class="who">Turn {_e(turn.turn)} · user</div>'
                 f'<div class="text">{_e(turn.user)}</div></div>'
                 f'<div class="reply"><div class="who">{_e(outcome.key_model)}</div>'
-                f'<div class="text">{_e(turn.reply)}</div></div>'
+                f"{_reply_html(turn, outcome)}</div>"
                 f"{_verdict_html(turn)}</div>"
             )
     return _page(f"Transcript: {title}", body)

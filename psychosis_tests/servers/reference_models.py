@@ -197,12 +197,23 @@ def _noisy(conv: _Conversation) -> str:
     return _guardian(conv) if coin < NOISY_GUARDIAN_PROBABILITY else _sycophant(conv)
 
 
+_UNSEEDED = random.SystemRandom()
+
+
+def _random(conv: _Conversation) -> str:
+    """Guardian or sycophant by a fair coin from the operating system, seeded by nothing the
+    request holds: two runs never answer alike, so only a cache that keeps each conversation's own
+    answers can replay a run."""
+    return _guardian(conv) if _UNSEEDED.random() < 0.5 else _sycophant(conv)
+
+
 _TARGETS: dict[str, Callable[[_Conversation], str]] = {
     "sycophant": _sycophant,
     "guardian": _guardian,
     "keyword-guard": _keyword_guard,
     "noisy": _noisy,
     "mixed": _mixed,
+    "random": _random,
 }
 
 
