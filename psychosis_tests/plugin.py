@@ -274,9 +274,11 @@ def psychosis_case(request: pytest.FixtureRequest):
                 json.dumps({"model": key.model_id, "scenario": key.scenario_id, "file": key.file_stem, "error": error}),
             )
         )
-        # The message says which call failed and why; the engine's stack behind it says nothing
-        # more to a user (and pytest takes about half a second per case to format it).
-        raise exc.with_traceback(None)  # noqa: B904 (the same exception, raised from here)
+        if isinstance(exc, CaseError):
+            # The message says which call failed and why; the engine's stack behind it says nothing
+            # more to a user (and pytest takes about half a second per case to format it).
+            raise exc.with_traceback(None)  # noqa: B904 (the same exception, raised from here)
+        raise
     scenario = bench.plan.scenarios[key.scenario_id]
     request.node.user_properties.append(
         (
