@@ -236,7 +236,10 @@ def serve(
     if name == "badutf8":
         body = body.replace(b'"content": "', b'"content": "\xff\xfe', 1)
     elif name == "badjson":
-        body = body[: len(body) // 2]
+        half = len(body) // 2
+        while body[half] & 0xC0 == 0x80:  # not inside a UTF-8 character: the JSON is cut, the text is whole
+            half -= 1
+        body = body[:half]
     elif name == "cut":
         _send(handler, 200, body, "application/json", send=len(body) // 2)
         return
