@@ -288,5 +288,6 @@ class Runner:
 
 
 def _engine_failure(key: CaseKey, exc: BaseException) -> str:
-    """An engine failure that is not a CaseError, told as this case's error."""
-    return f"{key.test_id}: the engine failed on this case: {type(exc).__name__}: {exc}"
+    """An engine failure that is not a CaseError, told as this case's error (the case is known
+    from where the error is shown: its test, its row)."""
+    return f"{type(exc).__name__}: {exc}"
