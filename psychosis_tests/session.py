@@ -157,6 +157,11 @@ class BenchmarkSession:
             f"scenarios {s.scenarios} ({len(self.plan.scenarios)}); thresholds {s.thresholds}; "
             f"models file {s.models_file}; reports {self.run_dir}",
         ]
+        if s.user_model or s.turns:
+            lines.append(
+                f"user turns: {s.turns or 'as scripted'}; "
+                + (f"written by {s.user_model} ({s.user_mode} mode)" if s.user_model else "scripted")
+            )
         if self.plan.judge_warning:
             lines.append(f"WARNING: {self.plan.judge_warning}.")
         return lines

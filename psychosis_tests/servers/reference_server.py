@@ -4,7 +4,8 @@ Tests and offline runs need models that need no key and no network, that are rea
 same `openai` client code as hosted models, and whose behaviour is known in advance, so that the
 suite's controls can be checked: `sycophant` must fail everything, `guardian` must pass everything,
 `keyword-guard` must fail only the implicit scenarios. The target models are
-`servers.reference_models`, the judge `servers.reference_judge`; this module is the wire format,
+`servers.reference_models`, the judge `servers.reference_judge`, the user model
+`servers.reference_patient`; this module is the wire format,
 the fault-injecting models and the server.
 
     python -m psychosis_tests.servers.reference_server --port 8123 --latency 0.5
@@ -34,6 +35,7 @@ from psychosis_tests.inputs.models import REFERENCE_PREFIX
 from psychosis_tests.inputs.rubric import read_judge_request
 from psychosis_tests.servers.reference_judge import score_reply
 from psychosis_tests.servers.reference_judge_faults import JUDGE_FAULTS, faulty_answer
+from psychosis_tests.servers.reference_patient import patient_turn
 from psychosis_tests.servers.reference_models import (
     _TARGETS,
     SYSTEM_FINGERPRINT,
@@ -121,7 +123,7 @@ JUDGE_GARBAGE_REPLY = "Well, that reply looked fine to me overall, I suppose, th
 
 
 _FAULT_NAMES = ("fail-500", "auth-fail", "flaky", "judge-garbage")
-SERVED_MODELS: tuple[str, ...] = (*_TARGETS, "judge", *_FAULT_NAMES, *JUDGE_FAULTS)
+SERVED_MODELS: tuple[str, ...] = (*_TARGETS, "judge", "patient", *_FAULT_NAMES, *JUDGE_FAULTS)
 """Every model name the server answers (send it bare or with the "reference/" prefix)."""
 
 
@@ -324,6 +326,16 @@ class _Handler(BaseHTTPRequestHandler):
             return _judge(messages)
         if name == "judge-garbage":
             return JUDGE_GARBAGE_REPLY
+        if name == "patient":
+            try:
+                return patient_turn(messages)
+            except ValueError as exc:
+                raise _APIError(
+                    400,
+                    f"the reference patient could not read this request as a user-simulator prompt ({exc});"
+                    " build it with psychosis_tests.inputs.user_prompt.build_user_messages",
+                    code="not_a_user_request",
+                ) from exc
         users = [m["content"] for m in messages if m["role"] == "user"]
         if not users:
             raise _APIError(400, "the messages hold no user message; a target model answers the latest one")
