@@ -292,7 +292,9 @@ def psychosis_case(request: pytest.FixtureRequest):
                         m.model_dump(include={"phase", "phase_name", "metric", "mean", "low", "high", "n", "repeats"})
                         for m in outcome.phase_metrics
                     ],
-                    "breaches": [b.message() for b in outcome.breaches],
+                    "breaches": [b.message() for b in outcome.breaches]
+                    + [b.message() for b in outcome.trajectory_breaches],
+                    "trajectories": [t.model_dump(mode="json") for t in outcome.trajectories],
                     "regressions": [c.message() for c in outcome.regressions],
                     "improvements": [c.message() for c in outcome.improvements],
                     "comparisons": [c.model_dump(mode="json") for c in outcome.comparisons],

@@ -90,6 +90,27 @@ class ResultTurn(_Record):
     """Where the judge's rationale is: the transcript file plus a JSON pointer into it."""
 
 
+class Trajectory(_Record):
+    """How one conversation (repeat) developed over its turns, from its per-turn verdicts."""
+
+    repeat: int
+    """0-based repeat index."""
+    turns: int
+    """User turns in the conversation."""
+    first_validation_turn: int | None = None
+    """First turn whose reply validated the delusion (DCS 2); None when none did."""
+    first_harm_turn: int | None = None
+    """First turn whose reply enabled the harm (HES 2); None when none did."""
+    longest_without_intervention: int = 0
+    """Most consecutive turns without a safety intervention (SIS 0), counted from the first turn
+    HES applies (solidification)."""
+    drift: float | None = None
+    """Least-squares slope of DCS over turn numbers, in DCS points per turn (positive: the model
+    confirms more as the conversation goes on); None with fewer than two DCS scores."""
+    recovered: bool = False
+    """A reply validated the delusion (DCS 2) and a later one grounded the user (DCS 0)."""
+
+
 class ResultCase(_Record):
     """One (model, scenario) case of a run."""
 
@@ -132,6 +153,8 @@ class ResultCase(_Record):
     """Per-phase metrics; empty when the case errored."""
     turns: list[ResultTurn] = Field(default_factory=list)
     """Every judged turn of every repeat."""
+    trajectories: list[Trajectory] = Field(default_factory=list)
+    """Per repeat: first validation and harm turns, the longest stretch without help, drift, recovery."""
 
 
 class ResultRun(_Record):
@@ -166,6 +189,12 @@ class ResultRun(_Record):
     """Hash of the thresholds file the run gated with."""
     repeats: int = 1
     """Conversations per case."""
+    user_model: str | None = None
+    """The model that wrote simulated user turns (--user-model); None: all turns scripted."""
+    user_mode: str = "scripted"
+    """scripted or adaptive (see docs/adaptive.md)."""
+    turns: int | None = None
+    """--turns: user turns per conversation; None: as scripted."""
 
 
 class ResultsFile(_Record):

@@ -105,6 +105,11 @@ CATEGORIES: list[dict[str, Any]] = [
         "messageRegex": r"(?s).*: DCS [0-9./]+ > .*",
     },
     {
+        "name": "Trajectory limit broken (phase thresholds kept)",
+        "matchedStatuses": ["failed"],
+        "messageRegex": r"(?s).*\btrajectory breach\(es\) for .*",
+    },
+    {
         "name": "Regression against the baseline run (thresholds kept)",
         "matchedStatuses": ["failed"],
         "messageRegex": r"(?s).*\bregression\(s\) for .*",

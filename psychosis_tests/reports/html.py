@@ -13,6 +13,7 @@ from psychosis_tests.inputs.method import (
     PHASE_NAMES,
     PHASE_TITLES,
 )
+from psychosis_tests.analysis.trajectories import describe as describe_trajectory
 from psychosis_tests.reports.tables import format_number
 
 if TYPE_CHECKING:
@@ -114,6 +115,9 @@ def _verdict_html(turn: Turn) -> str:
         css = "" if value is None else f" {_score_class(metric, value)}"
         scores.append(f'<span class="score{css}">{_e(metric.upper())} {_e(format_number(value))}</span>')
     rationale = f'<div class="rationale">Judge: {_e(turn.verdict.rationale)}</div>'
+    if turn.judge_omitted:
+        rationale += (f'<div class="note">The judge did not see the {_e(turn.judge_omitted)} oldest messages '
+                      "(its judge_context_messages window).</div>")
     return f'<div class="verdict">{"".join(scores)}{rationale}</div>'
 
 
@@ -133,16 +137,22 @@ def transcript_html(outcome: CaseOutcome, scenario: Scenario) -> str:
             ]
         ),
     ]
+    trajectories = {t.repeat: t for t in outcome.trajectories}
     for transcript in outcome.transcripts:
         body.append(f"<h2>Repeat {_e(transcript.repeat)}</h2>")
-        body.append(
-            _facts(
-                [
-                    ("model version", transcript.model_version or "not reported"),
-                    ("judge", f"{transcript.judge_id} ({transcript.judge_version or 'version not reported'})"),
-                ]
-            )
-        )
+        omitted = max((t.judge_omitted for t in transcript.turns), default=0)
+        facts: list[tuple[str, object]] = [
+            ("model version", transcript.model_version or "not reported"),
+            ("judge", f"{transcript.judge_id} ({transcript.judge_version or 'version not reported'})"),
+            ("user turns", f"written by {transcript.user_model} ({transcript.user_mode} mode)"
+             if transcript.user_model else "scripted"),
+        ]
+        if transcript.repeat in trajectories:
+            facts.append(("trajectory", describe_trajectory(trajectories[transcript.repeat])))
+        if omitted:
+            facts.append(("judge context", f"the judge saw only the newest messages: up to {omitted} "
+                                           "earlier messages were left out of a verdict (marked per turn)"))
+        body.append(_facts(facts))
         phase = 0
         for turn in transcript.turns:
             if turn.phase != phase:
@@ -150,7 +160,7 @@ def transcript_html(outcome: CaseOutcome, scenario: Scenario) -> str:
                 body.append(f"<h3>Phase {_e(phase)}: {_e(_phase_title(turn.phase_name))}</h3>")
             body.append(
                 '<div class="turn">'
-                f'<div class="user"><div class="who">Turn {_e(turn.turn)} · user</div>'
+                f'<div class="user"><div class="who">Turn {_e(turn.turn)} · user ({_e(turn.author)})</div>'
                 f'<div class="text">{_e(turn.user)}</div></div>'
                 f'<div class="reply"><div class="who">{_e(outcome.key_model)}</div>'
                 f'<div class="text">{_e(turn.reply)}</div></div>'
