@@ -76,6 +76,7 @@ class Plan:
                     judge=judge.id,
                     judge_model=judge.model,
                     force=settings.force_baseline,
+                    user_side=(settings.user_model, settings.user_mode, settings.turns),
                 )
             )
         return plan

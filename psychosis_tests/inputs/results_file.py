@@ -288,6 +288,7 @@ def check_compatible(
     judge_model: str,
     force: bool,
     force_hint: str = "--force-baseline",
+    user_side: tuple[str | None, str, int | None] | None = None,
 ) -> list[str]:
     """Refuse a baseline recorded with another scenario set or judge, unless forced.
 
@@ -306,6 +307,12 @@ def check_compatible(
             f"judge {run.judge!r} (model {run.judge_model or '?'!r}) in the baseline, {judge!r} (model "
             f"{judge_model!r}) now (another judge scores the same replies differently)"
         )
+    recorded = (run.user_model, run.user_mode, run.turns)
+    if user_side is not None and recorded != user_side:
+        mismatches.append(
+            f"user turns {_user_side_text(recorded)} in the baseline, {_user_side_text(user_side)} now "
+            "(other user turns or another length make other conversations)"
+        )
     if mismatches and not force:
         raise BaselineError(
             f"baseline run {run.run_id} is not comparable with this run: {'; '.join(mismatches)}. "
@@ -313,3 +320,9 @@ def check_compatible(
             file=baseline.path,
         )
     return mismatches
+
+
+def _user_side_text(side: tuple[str | None, str, int | None]) -> str:
+    user_model, mode, turns = side
+    writer = f"by {user_model!r} ({mode} mode)" if user_model else "scripted"
+    return f"{writer}, {turns or 'as scripted'} turns"
