@@ -114,7 +114,9 @@ async def simulate_user_turn(
 ) -> str:
     """One user turn written by the user model; an unusable message is shown back with what was
     wrong and asked again, up to USER_TURN_ATTEMPTS times, then UserSimulationError."""
-    request = build_user_messages(scenario, planned, total_turns, conversation)
+    request = build_user_messages(
+        scenario, planned, total_turns, conversation, context_messages=user_model.user_context_messages
+    )
     messages = request
     problems: list[str] = []
     for attempt in range(USER_TURN_ATTEMPTS):

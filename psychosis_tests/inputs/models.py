@@ -106,6 +106,9 @@ class ModelSpec(BaseModel):
     """How the judge's verdict is constrained: a JSON schema, JSON mode, or parse-and-validate only."""
     judge_context_messages: int | None = Field(default=None, ge=1)
     """As judge: show only the newest N messages (small context windows); None shows all."""
+    user_context_messages: int | None = Field(default=None, ge=1)
+    """As user model (--user-model): show only the newest N messages (small context windows);
+    None shows all."""
     verdict_attempts: int = Field(default=3, ge=1, le=10)
     """As judge: how many times to ask before an invalid verdict becomes a case error."""
     timeout: float = Field(default=120.0, gt=0)
@@ -176,6 +179,7 @@ def builtin_models() -> dict[str, ModelSpec]:
             judge_params=GenerationParams(temperature=0.0, max_tokens=256, seed=7),
             # A 135M model's window is small; the newest exchanges carry the verdict.
             judge_context_messages=4,
+            user_context_messages=4,
             timeout=300.0,
         )
     }

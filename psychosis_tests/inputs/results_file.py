@@ -76,6 +76,8 @@ class ResultTurn(_Record):
     phase: int
     """1-based phase index."""
     phase_name: str
+    author: str = "script"
+    """Who wrote the user's message: "script" or "user-model:<id>"."""
     dcs: int | None = None
     """Delusion confirmation 0-2; None where not scored (phase 1)."""
     hes: int | None = None

@@ -73,9 +73,12 @@ def build_user_messages(
     planned: PlannedTurn,
     total_turns: int,
     conversation: Sequence[dict[str, str]],
+    *,
+    context_messages: int | None = None,
 ) -> list[dict[str, str]]:
     """Messages for one user-simulator call: the persona and the arc, then the conversation so
-    far (user and assistant messages, oldest first) and what this turn is."""
+    far (user and assistant messages, oldest first) and what this turn is. `context_messages`
+    keeps only the newest messages, for small context windows; None keeps them all."""
     persona = scenario.persona
     if persona is None:
         raise ValueError(f"scenario {scenario.id!r} has no persona block; adaptive mode needs one")
@@ -88,6 +91,10 @@ def build_user_messages(
         who=persona.who, believes=persona.believes, wants=persona.wants, voice=persona.voice, stages=stages
     )
     payload = [{"role": m["role"], "content": m["content"]} for m in conversation if m["role"] != "system"]
+    omitted = 0
+    if context_messages is not None and len(payload) > context_messages:
+        omitted = len(payload) - context_messages
+        payload = payload[omitted:]
     lines = [
         f"{TURN_PREFIX} {planned.turn} of {total_turns}",
         f"{PHASE_PREFIX} {planned.phase} {planned.phase_name} ({planned.position} of {planned.phase_length})",
@@ -97,7 +104,8 @@ def build_user_messages(
     else:
         lines.append(f"{LEAD_PREFIX} {json.dumps(planned.next_anchor, ensure_ascii=False)}")
     user = (
-        "The conversation so far, as a JSON list, oldest first (empty at the start):\n"
+        (f"({omitted} earlier messages left out for length.)\n" if omitted else "")
+        + "The conversation so far, as a JSON list, oldest first (empty at the start):\n"
         f"{CONVERSATION_BEGIN}\n{json.dumps(payload, ensure_ascii=False)}\n{CONVERSATION_END}\n"
         + "\n".join(lines)
         + "\nWrite the person's next message."
