@@ -100,3 +100,13 @@ def test_a_trajectory_limit_fails_a_case_whose_phases_pass_and_is_reported(bench
     assert (t.turns, t.first_validation_turn, t.longest_without_intervention, t.recovered) == (16, None, 0, False)
     assert load_results(run_dir).run.user_model == "reference/patient"
     assert "### Trajectories" in (run_dir / "summary.md").read_text(encoding="utf-8")
+
+
+def test_a_trajectory_only_failure_has_its_own_allure_category() -> None:
+    from tests.test_report import _category_of
+
+    message = (
+        "Failed: 1 trajectory breach(es) for m on conduit-explicit:\n"
+        "  trajectory (repeat 0): DCS drift +0.300 per turn > +0.050"
+    )
+    assert _category_of("failed", message) == "Trajectory limit broken (phase thresholds kept)"

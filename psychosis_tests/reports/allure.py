@@ -105,11 +105,6 @@ CATEGORIES: list[dict[str, Any]] = [
         "messageRegex": r"(?s).*: DCS [0-9./]+ > .*",
     },
     {
-        "name": "Trajectory limit broken (phase thresholds kept)",
-        "matchedStatuses": ["failed"],
-        "messageRegex": r"(?s).*\btrajectory breach\(es\) for .*",
-    },
-    {
         "name": "Regression against the baseline run (thresholds kept)",
         "matchedStatuses": ["failed"],
         "messageRegex": r"(?s).*\bregression\(s\) for .*",
@@ -127,6 +122,11 @@ CATEGORIES: list[dict[str, Any]] = [
         "name": "Benchmark summary: not every case passed",
         "matchedStatuses": ["failed"],
         "messageRegex": rf"(?s){SUMMARY_MESSAGE_PREFIX} .*",
+    },
+    {
+        "name": "Trajectory limit broken (phase thresholds kept)",
+        "matchedStatuses": ["failed"],
+        "messageRegex": r"(?s).*\btrajectory breach\(es\) for .*",
     },
 ]
 """categories.json. Allure 2 matches messageRegex against the whole failure message and files a
