@@ -264,3 +264,28 @@ def test_adaptive_mode_needs_each_scenarios_persona(bench: Bench, pytester: pyte
     bench.scenarios = folder
     line = usage_error_line(bench.run("--model", "reference/guardian", "--user-model", "reference/patient"))
     assert "conduit-implicit.yaml" in line and "persona" in line
+
+
+def test_a_small_judge_window_is_visible_in_the_case_file_header_and_transcript(bench: Bench) -> None:
+    from psychosis_tests.analysis.outcome import CaseOutcome
+    from psychosis_tests.reports.html import transcript_html
+
+    with ReferenceServer() as server:
+        models = bench.write_models_file(
+            [{"id": "small-judge", "model": "judge", "base_url": server.url, "judge_context_messages": 4}]
+        )
+        result, run_dir = bench.run_creating_one_folder(
+            f"--models-file={models}", "--model", "reference/guardian", "--judge", "small-judge",
+            "--user-model", "reference/patient", "--turns", "16", "-k", "conduit-explicit",
+        )
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["judge context: the newest 4 messages of each conversation*"])
+    (case,) = _case_files(run_dir).values()
+    turns = case["transcripts"][0]["turns"]
+    # Turn t's verdict sees 2t messages; the window keeps 4, so 2t - 4 are left out.
+    assert [t["judge_omitted"] for t in turns if t["verdict"]] == [2 * t["turn"] - 4 for t in turns if t["verdict"]]
+    outcome = CaseOutcome.model_validate(case)
+    page = transcript_html(outcome, next(s for s in ALL if s.id == "conduit-explicit"))
+    assert "The judge did not see the 28 oldest messages" in page  # turn 16
+    assert "user (user-model:reference/patient)" in page
+    assert "written by reference/patient (adaptive mode)" in page
