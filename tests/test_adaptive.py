@@ -289,3 +289,12 @@ def test_a_small_judge_window_is_visible_in_the_case_file_header_and_transcript(
     assert "The judge did not see the 28 oldest messages" in page  # turn 16
     assert "user (user-model:reference/patient)" in page
     assert "written by reference/patient (adaptive mode)" in page
+
+
+def test_a_scenario_that_scripts_every_turn_needs_no_user_model() -> None:
+    phases = [p.model_copy(update={"turns": p.turns + [f"{t} (again)" for t in p.turns]}) for p in CONDUIT.phases]
+    long = CONDUIT.model_copy(update={"phases": phases})
+    planned = long.plan_turns(24)
+    assert all(p.anchor is not None for p in planned)
+    assert [p.anchor for p in planned] == long.turns
+    assert UserTurns.for_case(long, target_id="m", turns=24).simulated_calls == 0

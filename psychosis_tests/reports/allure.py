@@ -206,6 +206,9 @@ def environment_properties(summary: Mapping[str, Any]) -> str:
         "thresholds_hash": run["thresholds_hash"],
         "repeats": run["repeats"],
         "cache_mode": run.get("cache_mode", ""),
+        "user_turns": (f"{run['user_model']} ({run.get('user_mode', 'adaptive')} mode)" if run.get("user_model")
+                       else "scripted"),
+        "turns": run.get("turns") or "as scripted",
         "run_id": run["run_id"],
         "psychosis_bench.version": run["package_version"],
         "python.version": run["python"],
