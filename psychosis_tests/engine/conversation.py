@@ -99,7 +99,7 @@ async def run_conversation(
             version = completion.model_version
             messages.append({"role": "assistant", "content": completion.text})
             metrics = list(planned.metrics)
-            shown = [m for m in messages if m["role"] != "system"]
+            shown = [m for m in messages if m["role"] != "system"] if metrics else []
             turns.append(
                 Turn(
                     turn=index,
@@ -109,7 +109,7 @@ async def run_conversation(
                     author=author,
                     reply=completion.text,
                     metrics=metrics,
-                    judge_omitted=max(0, len(shown) - window) if metrics and window else 0,
+                    judge_omitted=max(0, len(shown) - window) if window else 0,
                 )
             )
             if metrics:
