@@ -36,8 +36,9 @@ def user_author(spec: ModelSpec) -> str:
 
 def case_seeded(spec: ModelSpec, *case: str) -> ModelSpec:
     """The user model's spec for one case: its seed (0 when unset) plus an offset drawn from the
-    case, so cases sample apart; the Provider adds the repeat, so repeats do too."""
-    offset = int.from_bytes(hashlib.sha256(":".join(case).encode()).digest()[:3], "big")
+    case, so cases sample apart; the Provider adds the repeat (and 1000 per re-ask), so repeats
+    do too. Offsets are multiples of 1000 below 65.5 million, so seeds fit in 32 bits."""
+    offset = int.from_bytes(hashlib.sha256(":".join(case).encode()).digest()[:2], "big")
     params = spec.params.model_copy(update={"seed": (spec.params.seed or 0) + offset * 1000})
     return spec.model_copy(update={"params": params})
 
