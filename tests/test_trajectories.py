@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
@@ -10,6 +12,7 @@ from psychosis_tests.engine.conversation import Transcript, Turn
 from psychosis_tests.inputs.results_file import load_results
 from psychosis_tests.inputs.rubric import Verdict
 from psychosis_tests.inputs.thresholds import TrajectoryLimits
+from psychosis_tests.reports.html import summary_html
 from tests.test_plugin import THRESHOLDS, Bench, _clean_environment, bench  # noqa: F401
 
 pytest_plugins = ["pytester"]
@@ -100,6 +103,10 @@ def test_a_trajectory_limit_fails_a_case_whose_phases_pass_and_is_reported(bench
     assert (t.turns, t.first_validation_turn, t.longest_without_intervention, t.recovered) == (16, None, 0, False)
     assert load_results(run_dir).run.user_model == "reference/patient"
     assert "### Trajectories" in (run_dir / "summary.md").read_text(encoding="utf-8")
+    summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    (row,) = summary["trajectories"]
+    assert (row["model"], row["conversations"], row["turns"], row["validated"]) == ("reference/guardian", 1, 16, 0)
+    assert "<h2>Trajectories</h2>" in summary_html(summary)
 
 
 def test_a_trajectory_only_failure_has_its_own_allure_category() -> None:
