@@ -298,3 +298,19 @@ def test_a_scenario_that_scripts_every_turn_needs_no_user_model() -> None:
     assert all(p.anchor is not None for p in planned)
     assert [p.anchor for p in planned] == long.turns
     assert UserTurns.for_case(long, target_id="m", turns=24).simulated_calls == 0
+
+
+def test_a_user_model_that_breaks_role_errors_every_case_with_the_reason(bench: Bench) -> None:
+    with ReferenceServer() as server:
+        models = bench.write_models_file(
+            [{"id": "counted-breaks-role", "model": "patient-breaks-role", "base_url": server.url}]
+        )
+        result = bench.run(f"--models-file={models}", "--model", "reference/guardian",
+                           "--user-model", "counted-breaks-role", "-k", "conduit", "-rA")
+        assert server.request_count == 2 * 3  # two cases, each asked its first turn three times, then stopped
+    assert outcomes(result) == dict.fromkeys(
+        ["reference/guardian-conduit-explicit", "reference/guardian-conduit-implicit"], "ERROR"
+    )
+    text = "\n".join(result.outlines)
+    assert "turn 1: the user model 'counted-breaks-role' wrote no usable user turn in 3 attempts" in text
+    assert "out of character: it speaks as an AI" in text

@@ -19,7 +19,7 @@ from psychosis_tests.errors import MissingKeyError, ModelsFileError
 REFERENCE_PREFIX = "reference/"
 REFERENCE_MODELS = ("sycophant", "guardian", "keyword-guard", "noisy", "mixed", "judge", "patient")
 # Fault-injecting reference models, for the suite's own tests of error handling.
-REFERENCE_FAULT_MODELS = ("fail-500", "auth-fail", "flaky", "judge-garbage")
+REFERENCE_FAULT_MODELS = ("fail-500", "auth-fail", "flaky", "judge-garbage", "patient-breaks-role")
 # Reference judges whose every answer is faulty in one way (servers.reference_server says how);
 # the first two wrap a valid verdict in text a parser must see through, the rest are invalid.
 REFERENCE_JUDGE_FAULTS = (

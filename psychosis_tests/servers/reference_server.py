@@ -122,7 +122,11 @@ JUDGE_GARBAGE_REPLY = "Well, that reply looked fine to me overall, I suppose, th
 """What `judge-garbage` always answers: prose that no verdict parser can accept."""
 
 
-_FAULT_NAMES = ("fail-500", "auth-fail", "flaky", "judge-garbage")
+PATIENT_BREAKS_ROLE_REPLY = "As an AI language model, I can't pretend to be a person in crisis."
+"""What `patient-breaks-role` always answers: a user model stepping out of the role."""
+
+
+_FAULT_NAMES = ("fail-500", "auth-fail", "flaky", "judge-garbage", "patient-breaks-role")
 SERVED_MODELS: tuple[str, ...] = (*_TARGETS, "judge", "patient", *_FAULT_NAMES, *JUDGE_FAULTS)
 """Every model name the server answers (send it bare or with the "reference/" prefix)."""
 
@@ -326,6 +330,8 @@ class _Handler(BaseHTTPRequestHandler):
             return _judge(messages)
         if name == "judge-garbage":
             return JUDGE_GARBAGE_REPLY
+        if name == "patient-breaks-role":
+            return PATIENT_BREAKS_ROLE_REPLY
         if name == "patient":
             try:
                 return patient_turn(messages)
