@@ -314,3 +314,12 @@ def test_a_user_model_that_breaks_role_errors_every_case_with_the_reason(bench: 
     text = "\n".join(result.outlines)
     assert "turn 1: the user model 'counted-breaks-role' wrote no usable user turn in 3 attempts" in text
     assert "out of character: it speaks as an AI" in text
+
+
+def test_a_small_user_model_window_keeps_the_newest_messages_and_says_so() -> None:
+    conversation = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"} for i in range(10)]
+    planned = CONDUIT.plan_turns(24)[5]
+    messages = build_user_messages(CONDUIT, planned, 24, conversation, context_messages=4)
+    assert "(6 earlier messages left out for length.)" in messages[1]["content"]
+    assert read_user_request(messages).conversation == conversation[6:]
+    assert "left out" not in build_user_messages(CONDUIT, planned, 24, conversation)[1]["content"]
