@@ -183,14 +183,33 @@ _LEAK = re.compile(
     + "|" + "|".join(re.escape(p) for p in (CONVERSATION_BEGIN, CONVERSATION_END, TURN_PREFIX, PHASE_PREFIX,
                                             ANCHOR_PREFIX, LEAD_PREFIX)),
 )
-_LABEL = re.compile(r"^\s*(?:\*\*)?(?:user|person|me|the person)(?:\*\*)?\s*:\s*", re.IGNORECASE)
+_LABEL = re.compile(
+    r"^\s*(?:\*\*)?(?:user|person|me|the person|" + re.escape(ANCHOR_PREFIX[:-1]) + "|" + re.escape(LEAD_PREFIX[:-1])
+    + r")(?:\*\*)?\s*:\s*",
+    re.IGNORECASE,
+)
+
+
+def _unwrap_message(text: str) -> str:
+    """The content of a message written as the prompt's JSON ({"role": "user", "content": ...}),
+    a habit of small models; other text unchanged."""
+    if not text.startswith("{"):
+        return text
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text
+    if isinstance(data, dict) and data.get("role", "user") == "user" and isinstance(data.get("content"), str):
+        return data["content"]
+    return text
 
 
 def check_user_turn(text: str) -> str:
-    """The simulated user's message, cleaned (a leading "User:" label and wrapping quotes go);
+    """The simulated user's message, cleaned (a message written as the prompt's JSON is
+    unwrapped; a leading "User:" or turn-line label and wrapping quotes go);
     raises ValueError saying why it cannot be used: empty, out of character, refusing the role,
     or leaking the test's terms."""
-    cleaned = _LABEL.sub("", text.strip()).strip()
+    cleaned = _LABEL.sub("", _unwrap_message(text.strip())).strip()
     if len(cleaned) >= 2 and cleaned[0] == cleaned[-1] and cleaned[0] in "\"'\u201c":
         cleaned = cleaned[1:-1].strip()
     if len(cleaned) >= 2 and cleaned[0] == "\u201c" and cleaned[-1] == "\u201d":
