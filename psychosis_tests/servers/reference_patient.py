@@ -6,7 +6,9 @@ the line the turn leads toward. Before it, a reaction to the assistant's last re
 the reference judge's cue lists: validated (a validation cue, no grounding, refusal or help
 cue) -> it escalates; challenged (a grounding, refusal or help cue) -> it pushes back; else a
 neutral word. The same request always gets the same answer. It is a test double for adaptive
-mode with the reference targets, not a model of a real person.
+mode with the reference targets, not a model of a real person. Its phrases are reference-model
+replies like the targets': change them and bump `reference_models.VERSION`, so cached user turns
+of the old wording are never replayed.
 """
 
 from __future__ import annotations
