@@ -11,7 +11,8 @@
     │   ├── ModelCallError       a model or judge call failed after its retries
     │   ├── ReplayMissError      --cache-mode replay found no recorded answer for a call
     │   ├── VerdictError         the judge never returned a valid verdict
-    │   └── UnscoredPhaseError   a phase with a limit has no score to compare with it
+    │   ├── UnscoredPhaseError   a phase with a limit has no score to compare with it
+    │   └── UserSimulationError  the user model never wrote a usable user turn
     ├── LocalModelError          the embedded model's file is missing or unusable
     └── LocalServerError         the embedded llama.cpp server failed to start or died
 
@@ -113,6 +114,10 @@ class VerdictError(CaseError):
 class UnscoredPhaseError(CaseError):
     """A phase that thresholds.yaml gates has no scored turn for that metric: nothing to check,
     so the case cannot pass."""
+
+
+class UserSimulationError(CaseError):
+    """The user model's message was empty, out of character, a refusal or a leak, every time."""
 
 
 class LocalModelError(PsychosisBenchError):

@@ -45,6 +45,9 @@ OPTIONS: list[tuple[str, str, dict]] = [
     ("--repeats", "repeats", {"metavar": "N", "help": "conversations per case (distinct seeds); default: 1"}),
     ("--baseline", "baseline", {"metavar": "PATH", "help": "compare each case with this earlier run (folder or results.json)"}),
     ("--force-baseline", "force_baseline", {"action": "store_true", "help": "use --baseline even if its scenario set or judge differs"}),
+    ("--user-model", "user_model", {"metavar": "ID", "help": "model id that plays the user (adaptive mode); default: none, the script plays the user"}),
+    ("--user-mode", "user_mode", {"metavar": "MODE", "help": "adaptive (the user model writes every turn) | scripted (scripted turns verbatim, the user model writes only added turns); default: adaptive with --user-model"}),
+    ("--turns", "turns", {"metavar": "N", "help": "user turns per conversation, the four phases stretched proportionally; default: as scripted (12)"}),
     ("--profile-snapshots", "profile_snapshots", {"action": "store_true", "help": "check each case's rounded per-phase profile against its syrupy snapshot in snapshots/"}),
 ]
 CLI_ONLY = {"model", "baseline", "force_baseline", "profile_snapshots"}
@@ -293,7 +296,9 @@ def psychosis_case(request: pytest.FixtureRequest):
                         m.model_dump(include={"phase", "phase_name", "metric", "mean", "low", "high", "n", "repeats"})
                         for m in outcome.phase_metrics
                     ],
-                    "breaches": [b.message() for b in outcome.breaches],
+                    "breaches": [b.message() for b in outcome.breaches]
+                    + [b.message() for b in outcome.trajectory_breaches],
+                    "trajectories": [t.model_dump(mode="json") for t in outcome.trajectories],
                     "regressions": [c.message() for c in outcome.regressions],
                     "improvements": [c.message() for c in outcome.improvements],
                     "comparisons": [c.model_dump(mode="json") for c in outcome.comparisons],

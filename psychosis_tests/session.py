@@ -157,6 +157,16 @@ class BenchmarkSession:
             f"scenarios {s.scenarios} ({len(self.plan.scenarios)}); thresholds {s.thresholds}; "
             f"models file {s.models_file}; reports {self.run_dir}",
         ]
+        if s.user_model or s.turns:
+            lines.append(
+                f"user turns: {s.turns or 'as scripted'}; "
+                + (f"written by {s.user_model} ({s.user_mode} mode)" if s.user_model else "scripted")
+            )
+        if self.plan.judge.judge_context_messages:
+            lines.append(
+                f"judge context: the newest {self.plan.judge.judge_context_messages} messages of each conversation; "
+                "verdicts that did not see older ones say so in the transcripts"
+            )
         if self.plan.judge_warning:
             lines.append(f"WARNING: {self.plan.judge_warning}.")
         return lines

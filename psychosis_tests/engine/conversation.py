@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel
 
 from psychosis_tests.engine.judge import judge_reply
+from psychosis_tests.engine.user_sim import SCRIPT_AUTHOR, UserTurns
 from psychosis_tests.inputs.models import ModelSpec
 from psychosis_tests.inputs.rubric import Verdict
 from psychosis_tests.inputs.scenarios import Scenario
@@ -29,7 +30,9 @@ class Turn(BaseModel):
     """1-based phase index."""
     phase_name: str
     user: str
-    """What the scripted user said."""
+    """What the user said."""
+    author: str = SCRIPT_AUTHOR
+    """Who wrote the user's message: "script", or "user-model:<id>" for a simulated turn."""
     reply: str
     """The target model's reply (untrusted text)."""
     finish_reason: str | None = None
@@ -38,6 +41,8 @@ class Turn(BaseModel):
     """Metrics scored on this turn."""
     verdict: Verdict | None = None
     """The judge's scores; None on unscored turns."""
+    judge_omitted: int = 0
+    """Oldest messages the judge was not shown for this verdict (its judge_context_messages)."""
 
 
 class Transcript(BaseModel):
@@ -50,6 +55,10 @@ class Transcript(BaseModel):
     """Version string the target endpoint reported on its last reply."""
     judge_id: str
     judge_version: str = ""
+    user_model: str | None = None
+    """The model that wrote the simulated user turns; None when the script wrote them all."""
+    user_mode: str = "scripted"
+    """scripted (scripted turns verbatim) or adaptive (the user model writes every turn)."""
     turns: list[Turn]
 
 
@@ -61,9 +70,12 @@ async def run_conversation(
     *,
     repeat: int = 0,
     priority: int = 0,
+    user_turns: UserTurns | None = None,
 ) -> Transcript:
-    """Play every scripted turn, judge every scored reply; the first failed call fails it all.
-    Calls of a lower `priority` go first when an endpoint is at its cap."""
+    """Play every user turn (scripted unless `user_turns` says otherwise), judge every scored
+    reply; the first failed call fails it all. Calls of a lower `priority` go first when an
+    endpoint is at its cap."""
+    source = user_turns or UserTurns(scenario, scenario.plan_turns())
     messages: list[dict[str, str]] = []
     system = target.params.system_prompt
     if system:
@@ -71,14 +83,19 @@ async def run_conversation(
     turns: list[Turn] = []
     judging: list[asyncio.Task[tuple[Verdict, str]]] = []
     version = ""
-    phases = scenario.phase_of_turn()
     conversation = f"{target.id}/{scenario.id}#{repeat}"  # the case and repeat: its own sample in the cache
+    window = judge.judge_context_messages
     try:
-        for index, user_text in enumerate(scenario.turns, start=1):
+        for planned in source.planned:
+            index = planned.turn
             for task in judging:  # a verdict that failed for good fails the case now, not at the end
                 if task.done() and task.exception() is not None:
                     raise task.exception()  # type: ignore[misc]
             label = f"{target.id} {scenario.id} repeat {repeat} turn {index}"
+            user_text, author = await source.next_turn(
+                provider, planned, messages, call_label=label, sample=conversation, repeat=repeat,
+                priority=priority,
+            )
             messages.append({"role": "user", "content": user_text})
             completion = await provider.chat(
                 target, list(messages), role="target", call_label=label,
@@ -86,21 +103,22 @@ async def run_conversation(
             )
             version = completion.model_version
             messages.append({"role": "assistant", "content": completion.text})
-            metrics = list(scenario.metrics_for_turn(index))
-            phase = phases[index - 1]
+            metrics = list(planned.metrics)
+            shown = [m for m in messages if m["role"] != "system"] if metrics else []
             turns.append(
                 Turn(
                     turn=index,
-                    phase=phase,
-                    phase_name=scenario.phases[phase - 1].name,
+                    phase=planned.phase,
+                    phase_name=planned.phase_name,
                     user=user_text,
+                    author=author,
                     reply=completion.text,
                     finish_reason=completion.finish_reason,
                     metrics=metrics,
+                    judge_omitted=max(0, len(shown) - window) if window else 0,
                 )
             )
             if metrics:
-                shown = [m for m in messages if m["role"] != "system"]
                 judging.append(
                     asyncio.create_task(
                         judge_reply(
@@ -127,5 +145,7 @@ async def run_conversation(
         model_version=version,
         judge_id=judge.id,
         judge_version=judge_version,
+        user_model=source.user_model.id if source.user_model is not None else None,
+        user_mode=source.mode,
         turns=turns,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from psychosis_tests.errors import ConfigError, ScenarioError
 from psychosis_tests.inputs.models import ModelSpec, load_models_file, select
 from psychosis_tests.inputs.results_file import Baseline, check_compatible
 from psychosis_tests.inputs.rubric import RUBRIC_VERSION
@@ -48,6 +49,8 @@ class Plan:
     """The --baseline run, already checked to be comparable (or forced)."""
     baseline_mismatches: tuple[str, ...] = ()
     """Why the baseline is not comparable, when --force-baseline made the run use it anyway."""
+    user_model: ModelSpec | None = None
+    """The model that writes user turns (--user-model); None in plain scripted runs."""
 
     @classmethod
     def load(cls, settings: RunSettings) -> Plan:
@@ -55,11 +58,15 @@ class Plan:
         registry = load_models_file(settings.models_file, required=settings.models_file_given)
         targets = select(registry, settings.targets, models_file=settings.models_file)
         (judge,) = select(registry, [settings.judge], models_file=settings.models_file)
-        for spec in (*targets, judge):
+        user_model = None
+        if settings.user_model:
+            (user_model,) = select(registry, [settings.user_model], models_file=settings.models_file)
+        for spec in (*targets, judge, *([user_model] if user_model else [])):
             spec.api_key()  # a missing key variable stops the run here, not mid-conversation
         scenarios = {s.id: s for s in load_scenarios(settings.scenarios)}
+        _check_user_side(settings, list(scenarios.values()))
         thresholds = load_thresholds(settings.thresholds, scenario_ids=set(scenarios))
-        plan = cls(settings, targets, judge, scenarios, thresholds)
+        plan = cls(settings, targets, judge, scenarios, thresholds, user_model=user_model)
         if settings.baseline is not None:
             plan.baseline = Baseline.load(settings.baseline)
             plan.baseline_mismatches = tuple(
@@ -69,6 +76,7 @@ class Plan:
                     judge=judge.id,
                     judge_model=judge.model,
                     force=settings.force_baseline,
+                    user_side=(settings.user_model, settings.user_mode, settings.turns),
                 )
             )
         return plan
@@ -77,7 +85,8 @@ class Plan:
         return [CaseKey(t.id, s) for t in self.targets for s in sorted(self.scenarios)]
 
     def specs_served_by_suite(self, kind: str) -> list[ModelSpec]:
-        unique = {s.id: s for s in (*self.targets, self.judge)}
+        users = [self.user_model] if self.user_model is not None else []
+        unique = {s.id: s for s in (*self.targets, self.judge, *users)}
         return [s for s in unique.values() if s.served_by_suite == kind]
 
     @property
@@ -97,7 +106,38 @@ class Plan:
             "scenario_set_hash": scenario_set_hash(list(self.scenarios.values())),
             "thresholds_hash": file_hash(self.settings.thresholds),
             "repeats": self.settings.repeats,
+            "user_model": self.settings.user_model,
+            "user_mode": self.settings.user_mode,
+            "turns": self.settings.turns,
             "cache_mode": self.settings.cache_mode,
             "baseline": self.baseline.describe() if self.baseline else None,
             "baseline_mismatches": list(self.baseline_mismatches),
         }
+
+
+def _check_user_side(settings: RunSettings, scenarios: list[Scenario]) -> None:
+    """Before any call: adaptive mode needs each scenario's persona, and a scripted run longer
+    than its script needs a user model to write the turns between the anchors."""
+    for scenario in scenarios:
+        if settings.user_mode == "adaptive" and scenario.persona is None:
+            raise ScenarioError(
+                "adaptive mode (--user-model) needs a persona block (who, believes, wants, voice); "
+                "add one, or run without --user-model",
+                file=f"{settings.scenarios}/{scenario.id}.yaml" if settings.scenarios.is_dir() else settings.scenarios,
+                field="persona",
+            )
+        missing = sum(1 for p in scenario.plan_turns(settings.turns) if p.anchor is None)
+        if missing and settings.user_model is None:
+            raise ConfigError(
+                f"--turns {settings.turns}: scenario {scenario.id!r} scripts {len(scenario.turns)} turns, so "
+                f"{missing} turns between its anchors need a writer: pass --user-model ID, or script "
+                f"{settings.turns} turns in the scenario",
+                field="--turns",
+            )
+        if missing and scenario.persona is None:
+            raise ScenarioError(
+                f"--turns {settings.turns} has the user model write {missing} turns, which needs a "
+                "persona block (who, believes, wants, voice)",
+                file=f"{settings.scenarios}/{scenario.id}.yaml" if settings.scenarios.is_dir() else settings.scenarios,
+                field="persona",
+            )

@@ -36,6 +36,7 @@ from pydantic import BaseModel
 from psychosis_tests.engine.cache import ResponseCache
 from psychosis_tests.engine.conversation import Transcript, run_conversation
 from psychosis_tests.engine.plan import CaseKey, Plan
+from psychosis_tests.engine.user_sim import UserTurns
 from psychosis_tests.errors import CaseError
 
 Evaluate = Callable[[Plan, CaseKey, list[Transcript], float], BaseModel]
@@ -181,15 +182,11 @@ class Runner:
     def progress_counts(self) -> dict[str, float]:
         """Counts for the progress line; calls_total is what the started cases will need."""
         repeats = self.plan.settings.repeats
-        calls_per_conversation = {
-            sid: len(s.turns) + s.judged_turns
-            for sid, s in self.plan.scenarios.items()
-        }
         counters = self.provider.counters
         return {
             "conversations_total": len(self._futures) * repeats,
             "conversations_done": self.done * repeats,
-            "calls_total": sum(calls_per_conversation[k.scenario_id] for k in self._futures) * repeats,
+            "calls_total": sum(self._calls_per_conversation(k) for k in self._futures) * repeats,
             "calls_done": counters.answered + counters.cache_hits,
             "cache_hits": counters.cache_hits,
             "errors": counters.errors,
@@ -197,6 +194,21 @@ class Runner:
             "waiting": counters.waiting,
             "longest_wait": counters.longest_wait,
         }
+
+    def user_turns(self, key: CaseKey) -> UserTurns:
+        """Who writes this case's user turns, and how many there are (--user-model, --turns)."""
+        settings = self.plan.settings
+        return UserTurns.for_case(
+            self.plan.scenarios[key.scenario_id],
+            target_id=key.model_id,
+            turns=settings.turns,
+            user_model=self.plan.user_model,
+            mode=settings.user_mode,
+        )
+
+    def _calls_per_conversation(self, key: CaseKey) -> int:
+        user = self.user_turns(key)
+        return len(user.planned) + sum(1 for p in user.planned if p.metrics) + user.simulated_calls
 
     async def _run_case(self, key: CaseKey, priority: int) -> BaseModel:
         """Run and judge one case; whatever happens, its case file is written (workers wait on it)."""
@@ -224,9 +236,12 @@ class Runner:
         plan = self.plan
         target = next(t for t in plan.targets if t.id == key.model_id)
         scenario = plan.scenarios[key.scenario_id]
+        user_turns = self.user_turns(key)
         tasks = [
             asyncio.ensure_future(
-                run_conversation(self.provider, target, plan.judge, scenario, repeat=r, priority=priority)
+                run_conversation(
+                    self.provider, target, plan.judge, scenario, repeat=r, priority=priority, user_turns=user_turns
+                )
             )
             for r in range(plan.settings.repeats)
         ]

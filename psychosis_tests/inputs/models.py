@@ -17,9 +17,9 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from psychosis_tests.errors import MissingKeyError, ModelsFileError
 
 REFERENCE_PREFIX = "reference/"
-REFERENCE_MODELS = ("sycophant", "guardian", "keyword-guard", "noisy", "mixed", "random", "judge")
+REFERENCE_MODELS = ("sycophant", "guardian", "keyword-guard", "noisy", "mixed", "random", "judge", "patient")
 # Fault-injecting reference models, for the suite's own tests of error handling.
-REFERENCE_FAULT_MODELS = ("fail-500", "auth-fail", "flaky", "judge-garbage")
+REFERENCE_FAULT_MODELS = ("fail-500", "auth-fail", "flaky", "judge-garbage", "patient-breaks-role")
 # Reference judges whose every answer is faulty in one way (servers.reference_server says how);
 # the first two wrap a valid verdict in text a parser must see through, the rest are invalid.
 REFERENCE_JUDGE_FAULTS = (
@@ -106,6 +106,9 @@ class ModelSpec(BaseModel):
     """How the judge's verdict is constrained: a JSON schema, JSON mode, or parse-and-validate only."""
     judge_context_messages: int | None = Field(default=None, ge=1)
     """As judge: show only the newest N messages (small context windows); None shows all."""
+    user_context_messages: int | None = Field(default=None, ge=1)
+    """As user model (--user-model): show only the newest N messages (small context windows);
+    None shows all."""
     verdict_attempts: int = Field(default=3, ge=1, le=10)
     """As judge: how many times to ask before an invalid verdict becomes a case error."""
     timeout: float = Field(default=120.0, gt=0)
@@ -177,6 +180,7 @@ def builtin_models() -> dict[str, ModelSpec]:
             judge_params=GenerationParams(temperature=0.0, max_tokens=256, seed=7),
             # A 135M model's window is small; the newest exchanges carry the verdict.
             judge_context_messages=4,
+            user_context_messages=4,
             timeout=300.0,
         )
     }

@@ -6,6 +6,8 @@ The environment lets CI pick models without editing files:
     PSYCHOSIS_MODELS_FILE   path of the models file
     PSYCHOSIS_CACHE_MODE    use | refresh | off | replay
     PSYCHOSIS_REPEATS       conversations per case
+    PSYCHOSIS_USER_MODEL    the model that plays the user (adaptive mode)
+    PSYCHOSIS_TURNS         user turns per conversation
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-pass
 from psychosis_tests.errors import ConfigError
+from psychosis_tests.inputs.method import MAX_TURNS
 from psychosis_tests.inputs.models import LOCAL_ID, REFERENCE_PREFIX, is_builtin
 
 CacheMode = Literal["use", "refresh", "off", "replay"]
@@ -28,6 +30,10 @@ ENV_JUDGE = "PSYCHOSIS_JUDGE"
 ENV_MODELS_FILE = "PSYCHOSIS_MODELS_FILE"
 ENV_CACHE_MODE = "PSYCHOSIS_CACHE_MODE"
 ENV_REPEATS = "PSYCHOSIS_REPEATS"
+ENV_USER_MODEL = "PSYCHOSIS_USER_MODEL"
+ENV_TURNS = "PSYCHOSIS_TURNS"
+UserMode = Literal["scripted", "adaptive"]
+USER_MODES: tuple[str, ...] = ("scripted", "adaptive")
 REFERENCE_JUDGE = f"{REFERENCE_PREFIX}judge"
 
 
@@ -49,6 +55,13 @@ class RunSettings(BaseModel):
     repeats: int = Field(default=1, ge=1, le=100)
     baseline: Path | None = None
     force_baseline: bool = False
+    user_model: str | None = None
+    """Model id that writes user turns; None: the script writes them all."""
+    user_mode: UserMode = "scripted"
+    """adaptive: the user model writes every turn, scripted turns as anchors; scripted: the
+    scripted turns verbatim, the user model writing only turns added between them."""
+    turns: int | None = Field(default=None, ge=4, le=MAX_TURNS)
+    """User turns per conversation, the four phases stretched proportionally; None: as scripted."""
 
 
 def _default_judge(targets: list[str]) -> str:
@@ -105,6 +118,23 @@ def resolve(
         raise ConfigError(f"--repeats must be between 1 and 100, got {repeats}", field="--repeats")
     report_dir = path(pick("report_dir"), root / "reports")
     baseline = pick("baseline")
+    user_model = str(pick("user_model", ENV_USER_MODEL) or "") or None
+    user_mode = str(pick("user_mode") or ("adaptive" if user_model else "scripted"))
+    if user_mode not in USER_MODES:
+        raise ConfigError(f"invalid --user-mode {user_mode!r}; valid: {', '.join(USER_MODES)}", field="--user-mode")
+    if user_mode == "adaptive" and not user_model:
+        raise ConfigError("--user-mode adaptive needs --user-model ID (the model that plays the user)",
+                          field="--user-mode")
+    turns_value = pick("turns", ENV_TURNS)
+    turns = None
+    if turns_value not in (None, ""):
+        try:
+            turns = int(str(turns_value))
+        except ValueError:
+            raise ConfigError(f"--turns must be a whole number, got {turns_value!r}", field="--turns") from None
+        if not 4 <= turns <= MAX_TURNS:
+            raise ConfigError(f"--turns must be between 4 (one per phase) and {MAX_TURNS}, got {turns}",
+                              field="--turns")
     return RunSettings(
         targets=targets,
         judge=judge,
@@ -118,4 +148,7 @@ def resolve(
         repeats=repeats,
         baseline=path(baseline, Path()) if baseline else None,
         force_baseline=bool(get("force_baseline")),
+        user_model=user_model,
+        user_mode=user_mode,  # type: ignore[arg-type]
+        turns=turns,
     )

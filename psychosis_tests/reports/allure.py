@@ -123,6 +123,11 @@ CATEGORIES: list[dict[str, Any]] = [
         "matchedStatuses": ["failed"],
         "messageRegex": rf"(?s){SUMMARY_MESSAGE_PREFIX} .*",
     },
+    {
+        "name": "Trajectory limit broken (phase thresholds kept)",
+        "matchedStatuses": ["failed"],
+        "messageRegex": r"(?s).*\btrajectory breach\(es\) for .*",
+    },
 ]
 """categories.json. Allure 2 matches messageRegex against the whole failure message and files a
 result under the FIRST category it matches (unmatched failures go to its built-in "Product defects",
@@ -201,6 +206,9 @@ def environment_properties(summary: Mapping[str, Any]) -> str:
         "thresholds_hash": run["thresholds_hash"],
         "repeats": run["repeats"],
         "cache_mode": run.get("cache_mode", ""),
+        "user_turns": (f"{run['user_model']} ({run.get('user_mode', 'adaptive')} mode)" if run.get("user_model")
+                       else "scripted"),
+        "turns": run.get("turns") or "as scripted",
         "run_id": run["run_id"],
         "psychosis_bench.version": run["package_version"],
         "python.version": run["python"],

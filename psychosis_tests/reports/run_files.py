@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Protocol
 
 from psychosis_tests import __version__
+from psychosis_tests.analysis.trajectories import per_model as trajectories_per_model
 from psychosis_tests.engine.plan import Plan
 from psychosis_tests.inputs.results_file import results_document
 from psychosis_tests.reports.tables import markdown_summary
@@ -73,6 +74,7 @@ def _case_rows(bench: BenchmarkRun) -> list[dict]:
                 "repeats": bench.plan.settings.repeats,
                 "transcript": transcript,
                 "phases": payload.get("phases", []),
+                "trajectories": payload.get("trajectories", []),
                 # The transcript file holds the case's conversations in repeat order, turns in order.
                 "turns": [
                     {**t, "rationale": f"{transcript}#/transcripts/{t['repeat']}/turns/{t['turn'] - 1}/verdict/rationale"}
@@ -124,6 +126,7 @@ def write_run_results(bench: BenchmarkRun) -> dict:
     summary = {
         "run": meta,
         "statistics": summarise(turn_table, case_table),
+        "trajectories": trajectories_per_model(cases),
         "cases": [{k: v for k, v in c.items() if k != "turns"} for c in cases],
     }
     _write_json(run_dir / "summary.json", summary)

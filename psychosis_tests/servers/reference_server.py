@@ -4,9 +4,9 @@ Tests and offline runs need models that need no key and no network, that are rea
 same `openai` client code as hosted models, and whose behaviour is known in advance, so that the
 suite's controls can be checked: `sycophant` must fail everything, `guardian` must pass everything,
 `keyword-guard` must fail only the implicit scenarios. The target models are
-`servers.reference_models`, the judge `servers.reference_judge`, the fault plans (models that
-misbehave on purpose: `fault:429,ok`, `fault:random:429=0.2,500=0.05`, ...) `servers.faults`;
-this module is the wire format and the server.
+`servers.reference_models`, the judge `servers.reference_judge`, the user model
+`servers.reference_patient`, the fault plans (models that misbehave on purpose: `fault:429,ok`,
+`fault:random:429=0.2,500=0.05`, ...) `servers.faults`; this module is the wire format and the server.
 
     python -m psychosis_tests.servers.reference_server --port 8123 --latency 0.5
 
@@ -38,6 +38,7 @@ from psychosis_tests.inputs.rubric import read_judge_request
 from psychosis_tests.servers import faults
 from psychosis_tests.servers.reference_judge import score_reply
 from psychosis_tests.servers.reference_judge_faults import JUDGE_FAULTS, faulty_answer
+from psychosis_tests.servers.reference_patient import patient_turn
 from psychosis_tests.servers.reference_models import (
     _TARGETS,
     SYSTEM_FINGERPRINT,
@@ -122,8 +123,12 @@ JUDGE_GARBAGE_REPLY = "Well, that reply looked fine to me overall, I suppose, th
 """What `judge-garbage` always answers: prose that no verdict parser can accept."""
 
 
-_FAULT_NAMES = (*faults.ALIASES, "judge-garbage")
-SERVED_MODELS: tuple[str, ...] = (*_TARGETS, "judge", *_FAULT_NAMES, *JUDGE_FAULTS)
+PATIENT_BREAKS_ROLE_REPLY = "As an AI language model, I can't pretend to be a person in crisis."
+"""What `patient-breaks-role` always answers: a user model stepping out of the role."""
+
+
+_FAULT_NAMES = (*faults.ALIASES, "judge-garbage", "patient-breaks-role")
+SERVED_MODELS: tuple[str, ...] = (*_TARGETS, "judge", "patient", *_FAULT_NAMES, *JUDGE_FAULTS)
 """Every model name the server answers (send it bare or with the "reference/" prefix), besides
 the fault plans `fault:...` (servers.faults)."""
 
@@ -339,6 +344,18 @@ class _Handler(BaseHTTPRequestHandler):
             return _judge(messages)
         if name == "judge-garbage":
             return JUDGE_GARBAGE_REPLY
+        if name == "patient-breaks-role":
+            return PATIENT_BREAKS_ROLE_REPLY
+        if name == "patient":
+            try:
+                return patient_turn(messages)
+            except ValueError as exc:
+                raise _APIError(
+                    400,
+                    f"the reference patient could not read this request as a user-simulator prompt ({exc});"
+                    " build it with psychosis_tests.inputs.user_prompt.build_user_messages",
+                    code="not_a_user_request",
+                ) from exc
         users = [m["content"] for m in messages if m["role"] == "user"]
         if not users:
             raise _APIError(400, "the messages hold no user message; a target model answers the latest one")
