@@ -1,7 +1,8 @@
-"""Command line: `python -m psychosis_tests compare OLD NEW`.
+"""Command line: `python -m psychosis_tests compare OLD NEW` and `merge RUN... --out DIR`.
 
-Prints a markdown regression table of run NEW against baseline run OLD (for a pull-request
-comment) and exits 1 when anything regressed, 0 when nothing did, 2 on bad input.
+`compare` prints a markdown regression table of run NEW against baseline run OLD (for a
+pull-request comment) and exits 1 when anything regressed, 0 when nothing did, 2 on bad input.
+`merge` (psychosis_tests.merge) pools the run folders of a sharded run into one run.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from psychosis_tests.errors import ConfigError
 from psychosis_tests.inputs.method import METRIC_MAX, METRICS
 from psychosis_tests.inputs.results_file import Baseline, check_compatible, load_results
 from psychosis_tests.inputs.thresholds import RegressionSettings
+from psychosis_tests.merge import add_merge_command, run_merge
 from psychosis_tests.reports.tables import comparison_markdown
 
 EXIT_OK, EXIT_REGRESSED, EXIT_BAD_INPUT = 0, 1, 2
@@ -69,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     compare.add_argument("--force", action="store_true", help="compare even across scenario sets or judges")
     compare.add_argument("--all", action="store_true", help="list unchanged phase metrics too")
+    add_merge_command(commands)
     return parser
 
 
@@ -106,9 +109,9 @@ def compare(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return compare(args)
+        return run_merge(args) if args.command == "merge" else compare(args)
     except ConfigError as exc:
-        print(f"psychosis-bench compare: {exc}", file=sys.stderr)
+        print(f"psychosis-bench {args.command}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
 

@@ -6,10 +6,12 @@
     │   ├── ModelsFileError      models.yaml is missing or malformed, or an id is unknown
     │   ├── ThresholdsError      thresholds.yaml is malformed
     │   ├── MissingKeyError      a selected remote model's key variable is not set
-    │   └── BaselineError        a baseline cannot be read or does not match this run
+    │   ├── BaselineError        a baseline cannot be read or does not match this run
+    │   └── MergeError           run folders given to `merge` do not make one run
     ├── CaseError                one case cannot be scored (a test ERROR, never a pass or a 0)
     │   ├── ModelCallError       a model or judge call failed after its retries
     │   ├── ReplayMissError      --cache-mode replay found no recorded answer for a call
+    │   ├── BudgetError          --max-cost was spent before this conversation started
     │   ├── VerdictError         the judge never returned a valid verdict
     │   ├── UnscoredPhaseError   a phase with a limit has no score to compare with it
     │   └── UserSimulationError  the user model never wrote a usable user turn
@@ -90,6 +92,10 @@ class BaselineError(ConfigError):
     """A baseline run cannot be read, or was recorded under different conditions."""
 
 
+class MergeError(ConfigError):
+    """The run folders given to `merge` overlap, miss a shard, or disagree in what they ran."""
+
+
 class CaseError(PsychosisBenchError):
     """One case could not be run or scored: reported as a test error with its cause.
 
@@ -105,6 +111,10 @@ class ModelCallError(CaseError):
 
 class ReplayMissError(CaseError):
     """Replay mode found no recorded answer for a call; replay never calls the network."""
+
+
+class BudgetError(CaseError):
+    """--max-cost was spent before this conversation could start; it was not started."""
 
 
 class VerdictError(CaseError):

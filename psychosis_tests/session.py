@@ -53,6 +53,8 @@ class BenchmarkSession:
         self.records: dict[str, CaseRecord] = {}
         self.selected: list[CaseKey] = []
         """The cases the run selected (known once collection settles it)."""
+        self.selection: list[str] | None = None
+        """Ids of the cases the run selected before --shard split them; None until known."""
         self._runner: Runner | None = None
 
     @classmethod
@@ -86,6 +88,11 @@ class BenchmarkSession:
     def for_worker(cls, settings: RunSettings, payload: str) -> BenchmarkSession:
         return cls(Plan.load(settings), run_dir=Path(json.loads(payload)["run_dir"]), is_worker=True)
 
+    def select(self, keys: list[CaseKey]) -> list[CaseKey]:
+        """This run's share (--shard) of the selected cases; remembers the selection."""
+        self.selection = [k.test_id for k in keys]
+        return self.plan.shard(keys)
+
     # -- running cases ----------------------------------------------------------------------
     @property
     def runner(self) -> Runner:
@@ -117,6 +124,11 @@ class BenchmarkSession:
         if self.is_worker:
             return CaseOutcome.model_validate(wait_for_case_file(self.run_dir, key))
         return self.runner.outcome(key, tick=tick, every=every)
+
+    @property
+    def spent(self) -> float:
+        """Dollars this run's calls to priced models cost, errored cases' calls included."""
+        return self._runner.provider.spent if self._runner is not None else 0.0
 
     def progress_line(self) -> str:
         elapsed = (dt.datetime.now(dt.timezone.utc) - self.started_at).total_seconds()
@@ -167,6 +179,8 @@ class BenchmarkSession:
                 f"judge context: the newest {self.plan.judge.judge_context_messages} messages of each conversation; "
                 "verdicts that did not see older ones say so in the transcripts"
             )
+        if s.shard is not None:
+            lines.append(f"shard {s.shard} of the selected cases (merge the shards' run folders with `python -m psychosis_tests merge`)")
         if self.plan.judge_warning:
             lines.append(f"WARNING: {self.plan.judge_warning}.")
         return lines

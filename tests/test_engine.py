@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from psychosis_tests.analysis.outcome import evaluate_case
+from psychosis_tests.analysis.outcome import CaseOutcome, evaluate_case
 from psychosis_tests.engine.cache import CachedResponse, ResponseCache, cache_key
 from psychosis_tests.engine.conversation import run_conversation
 from psychosis_tests.engine.judge import judge_reply
@@ -236,7 +236,13 @@ async def test_replay_makes_no_network_call_and_a_miss_names_the_turn(tmp_path: 
     # The server is gone: anything but a cache hit would fail to connect.
     replaying = provider(path, "replay")
     replayed = await run_conversation(replaying, target, judge, SCENARIO)
-    assert replayed == recorded
+    # The same conversation; each turn's usage is what was recorded, marked as response-cache hits.
+    assert replayed.model_dump(exclude={"turns": {"__all__": {"usage"}}}) == recorded.model_dump(
+        exclude={"turns": {"__all__": {"usage"}}}
+    )
+    for now, then in zip(replayed.turns, recorded.turns, strict=True):
+        assert now.usage == {role: u.as_cache_hit() for role, u in then.usage.items()}
+        assert now.usage["target"].cache_hits == 1 and now.usage["target"].prompt_tokens > 0
     assert replaying.counters.cache_hits == CALLS_PER_CONVERSATION
     assert replaying.counters.answered == 0
 
@@ -329,7 +335,11 @@ def test_runner_replays_a_recorded_run_without_any_server_and_off_keeps_no_cache
     assert replayer._reference is None  # no server was started for replay
     assert replayer.provider.counters.answered == 0
     assert replayer.provider.counters.cache_hits == CALLS_PER_CONVERSATION
-    assert replayed.transcripts == recorded.transcripts
+    def without_usage(outcome: CaseOutcome) -> list[dict]:
+        return [t.model_dump(exclude={"turns": {"__all__": {"usage"}}}) for t in outcome.transcripts]
+
+    assert without_usage(replayed) == without_usage(recorded)
+    assert all(t.usage["target"].cache_hits == 1 for tr in replayed.transcripts for t in tr.turns)
     assert replayed.breaches == recorded.breaches and recorded.breaches
 
     _, _ = run("off", tmp_path / "off-cache.sqlite3")

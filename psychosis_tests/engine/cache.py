@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from psychosis_tests.inputs.usage import Usage
+
 
 def cache_key(
     *,
@@ -62,6 +64,8 @@ class CachedResponse:
     """A judge's refusal (`message.refusal`), kept so that replay meets it again; text is then ""."""
     finish_reason: str | None = None
     """Why the endpoint stopped: "stop", "length", ..."""
+    usage: Usage | None = None
+    """The usage the endpoint reported when the answer was recorded (None in older caches)."""
 
 
 class ResponseCache:
@@ -78,10 +82,10 @@ class ResponseCache:
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS responses ("
             " key TEXT PRIMARY KEY, text TEXT NOT NULL, model_version TEXT NOT NULL,"
-            " created REAL NOT NULL, refusal TEXT, finish_reason TEXT)"
+            " created REAL NOT NULL, refusal TEXT, finish_reason TEXT, usage TEXT)"
         )
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(responses)")}
-        for column in ("refusal", "finish_reason"):  # a file written before these were kept
+        for column in ("refusal", "finish_reason", "usage"):  # a file written before these were kept
             if column in columns:
                 continue
             try:
@@ -93,16 +97,27 @@ class ResponseCache:
     def get(self, key: str) -> CachedResponse | None:
         with self._lock:
             row = self._db.execute(
-                "SELECT text, model_version, refusal, finish_reason FROM responses WHERE key = ?", (key,)
+                "SELECT text, model_version, refusal, finish_reason, usage FROM responses WHERE key = ?", (key,)
             ).fetchone()
-        return CachedResponse(*row) if row else None
+        if not row:
+            return None
+        text, version, refusal, finish_reason, usage = row
+        return CachedResponse(text, version, refusal, finish_reason, Usage.model_validate_json(usage) if usage else None)
 
     def put(self, key: str, response: CachedResponse) -> None:
         with self._lock:
             self._db.execute(
-                "INSERT OR REPLACE INTO responses (key, text, model_version, created, refusal, finish_reason)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (key, response.text, response.model_version, time.time(), response.refusal, response.finish_reason),
+                "INSERT OR REPLACE INTO responses (key, text, model_version, created, refusal, finish_reason, usage)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    key,
+                    response.text,
+                    response.model_version,
+                    time.time(),
+                    response.refusal,
+                    response.finish_reason,
+                    response.usage.model_dump_json() if response.usage else None,
+                ),
             )
 
     def __len__(self) -> int:

@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from psychosis_tests.engine.judge import judge_reply
 from psychosis_tests.engine.user_sim import SCRIPT_AUTHOR, UserTurns
 from psychosis_tests.inputs.models import ModelSpec
 from psychosis_tests.inputs.rubric import Verdict
 from psychosis_tests.inputs.scenarios import Scenario
+from psychosis_tests.inputs.usage import Usage, total
 
 if TYPE_CHECKING:
     from psychosis_tests.engine.providers import Provider
@@ -43,6 +44,8 @@ class Turn(BaseModel):
     """The judge's scores; None on unscored turns."""
     judge_omitted: int = 0
     """Oldest messages the judge was not shown for this verdict (its judge_context_messages)."""
+    usage: dict[str, Usage] = Field(default_factory=dict)
+    """Tokens of this turn's calls per role ("target", "judge" with its re-asks)."""
 
 
 class Transcript(BaseModel):
@@ -82,6 +85,7 @@ async def run_conversation(
         messages.append({"role": "system", "content": system})
     turns: list[Turn] = []
     judging: list[asyncio.Task[tuple[Verdict, str]]] = []
+    judge_usage: list[list[Usage]] = []
     version = ""
     conversation = f"{target.id}/{scenario.id}#{repeat}"  # the case and repeat: its own sample in the cache
     window = judge.judge_context_messages
@@ -99,7 +103,7 @@ async def run_conversation(
             messages.append({"role": "user", "content": user_text})
             completion = await provider.chat(
                 target, list(messages), role="target", call_label=label,
-                conversation=conversation, repeat=repeat, priority=priority,
+                conversation=conversation, repeat=repeat, priority=priority, starts_conversation=index == 1,
             )
             version = completion.model_version
             messages.append({"role": "assistant", "content": completion.text})
@@ -116,14 +120,17 @@ async def run_conversation(
                     finish_reason=completion.finish_reason,
                     metrics=metrics,
                     judge_omitted=max(0, len(shown) - window) if window else 0,
+                    usage={"target": completion.usage},
                 )
             )
             if metrics:
+                judge_usage.append([])
                 judging.append(
                     asyncio.create_task(
                         judge_reply(
                             provider, judge, shown, metrics, scenario.judge_harm,
                             call_label=label, sample=conversation, repeat=repeat, priority=priority,
+                            usage=judge_usage[-1],
                         ),
                         name=label,
                     )
@@ -136,8 +143,9 @@ async def run_conversation(
         raise
     judge_version = ""
     scored = [t for t in turns if t.metrics]
-    for turn, (verdict, judge_version) in zip(scored, verdicts, strict=True):
+    for turn, (verdict, judge_version), used in zip(scored, verdicts, judge_usage, strict=True):
         turn.verdict = verdict
+        turn.usage["judge"] = total(used)
     return Transcript(
         model_id=target.id,
         scenario_id=scenario.id,

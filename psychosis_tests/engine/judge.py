@@ -21,6 +21,7 @@ from psychosis_tests.inputs.rubric import (
 if TYPE_CHECKING:
     from psychosis_tests.engine.providers import Provider
     from psychosis_tests.inputs.models import ModelSpec
+    from psychosis_tests.inputs.usage import Usage
 
 
 async def judge_reply(
@@ -34,6 +35,7 @@ async def judge_reply(
     sample: str = "",
     repeat: int = 0,
     priority: int = 0,
+    usage: list[Usage] | None = None,
 ) -> tuple[Verdict, str]:
     """Score the last reply of `conversation`. Returns the verdict and the judge's model version.
     `sample` names the conversation for the cache (each conversation keeps its own verdicts).
@@ -41,7 +43,8 @@ async def judge_reply(
     An invalid answer is shown back to the judge with what was wrong and asked again (so even a
     deterministic judge answers differently), up to the judge's `verdict_attempts`; then
     VerdictError, never a silent score. A refusal (`message.refusal`) is an invalid answer too:
-    reported as a refusal and re-asked within the same attempts.
+    reported as a refusal and re-asked within the same attempts. Each call's token usage is
+    appended to `usage`, if given.
     """
     request = build_judge_messages(
         conversation, metrics, harm, context_messages=judge.judge_context_messages
@@ -64,6 +67,8 @@ async def judge_reply(
             priority=priority,
             cache_tag=f"rubric-{RUBRIC_VERSION}",
         )
+        if usage is not None:
+            usage.append(completion.usage)
         if completion.refusal is not None:
             problems.append(f"attempt {attempt + 1}: the judge refused ({completion.refusal[:100]!r})")
             messages = [

@@ -67,22 +67,38 @@ class Plan:
         _check_user_side(settings, list(scenarios.values()))
         thresholds = load_thresholds(settings.thresholds, scenario_ids=set(scenarios))
         plan = cls(settings, targets, judge, scenarios, thresholds, user_model=user_model)
-        if settings.baseline is not None:
-            plan.baseline = Baseline.load(settings.baseline)
-            plan.baseline_mismatches = tuple(
-                check_compatible(
-                    plan.baseline,
-                    scenario_set_hash=scenario_set_hash(list(scenarios.values())),
-                    judge=judge.id,
-                    judge_model=judge.model,
-                    force=settings.force_baseline,
-                    user_side=(settings.user_model, settings.user_mode, settings.turns),
-                )
-            )
+        plan.attach_baseline()
         return plan
+
+    def attach_baseline(self) -> None:
+        """Read the --baseline run and check it is comparable (BaselineError if not, unless forced)."""
+        if self.settings.baseline is None:
+            return
+        self.baseline = Baseline.load(self.settings.baseline)
+        self.baseline_mismatches = tuple(
+            check_compatible(
+                self.baseline,
+                scenario_set_hash=scenario_set_hash(list(self.scenarios.values())),
+                judge=self.judge.id,
+                judge_model=self.judge.model,
+                force=self.settings.force_baseline,
+                user_side=(self.settings.user_model, self.settings.user_mode, self.settings.turns),
+            )
+        )
 
     def cases(self) -> list[CaseKey]:
         return [CaseKey(t.id, s) for t in self.targets for s in sorted(self.scenarios)]
+
+    def calls_per_conversation(self, key: CaseKey) -> int:
+        """Model and judge calls one conversation of this case makes (judge re-asks aside)."""
+        scenario = self.scenarios[key.scenario_id]
+        return len(scenario.turns) + scenario.judged_turns
+
+    def shard(self, keys: list[CaseKey]) -> list[CaseKey]:
+        """This run's share of the selected cases under --shard (all of them without it)."""
+        if self.settings.shard is None:
+            return list(keys)
+        return self.settings.shard.select(keys, name=lambda k: k.test_id, weight=self.calls_per_conversation)
 
     def specs_served_by_suite(self, kind: str) -> list[ModelSpec]:
         users = [self.user_model] if self.user_model is not None else []
@@ -112,6 +128,7 @@ class Plan:
             "cache_mode": self.settings.cache_mode,
             "baseline": self.baseline.describe() if self.baseline else None,
             "baseline_mismatches": list(self.baseline_mismatches),
+            "shard": self.settings.shard.model_dump() if self.settings.shard else None,
         }
 
 

@@ -19,7 +19,7 @@ import itertools
 import random
 import ssl
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -28,9 +28,10 @@ import openai
 
 from psychosis_tests.engine.cache import CachedResponse, ResponseCache, cache_key
 from psychosis_tests.engine.wire import BadReply, Reply, read_reply
-from psychosis_tests.errors import ModelCallError, ReplayMissError, inert, redact
+from psychosis_tests.errors import BudgetError, ModelCallError, ReplayMissError, inert, redact
 from psychosis_tests.inputs.models import ModelSpec
 from psychosis_tests.inputs.settings import CacheMode
+from psychosis_tests.inputs.usage import Usage, cost
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 """Besides every 5xx."""
@@ -86,7 +87,7 @@ class PriorityLimiter:
 
 @dataclass
 class Completion:
-    """One answer, with the model version the endpoint reported."""
+    """One answer, with the model version and token usage the endpoint reported."""
 
     text: str
     model_version: str
@@ -95,6 +96,8 @@ class Completion:
     """The judge's refusal (`message.refusal`) when it declined instead of answering; text is then ""."""
     finish_reason: str | None = None
     """Why the endpoint stopped: "stop", "length" (the reply was cut at max_tokens), ..."""
+    usage: Usage = field(default_factory=Usage)
+    """This call's usage; a response-cache hit reports the usage it was recorded with, as a hit."""
 
 
 @dataclass
@@ -126,6 +129,10 @@ class Provider:
     builtin_identities: dict[str, str] = field(default_factory=dict)
     """Built-in model id -> what answers it, versions included (the cache key's endpoint part)."""
     counters: CallCounters = field(default_factory=CallCounters)
+    max_cost: float | None = None
+    """--max-cost: no conversation starts once `spent` exceeds it."""
+    spent: float = 0.0
+    """Dollars spent on calls to priced models in this run (response-cache hits cost nothing)."""
     _clients: dict[str, openai.AsyncOpenAI] = field(default_factory=dict, init=False)
     _tls: ssl.SSLContext | None = field(default=None, init=False)
     _limits: dict[str, PriorityLimiter] = field(default_factory=dict, init=False)
@@ -177,13 +184,18 @@ class Provider:
         response_format: dict | None = None,
         priority: int = 0,
         cache_tag: str = "",
+        starts_conversation: bool = False,
     ) -> Completion:
-        """One chat completion through the cache; raises ModelCallError or ReplayMissError.
+        """One chat completion through the cache; raises ModelCallError or ReplayMissError, and
+        BudgetError for a conversation's first call (`starts_conversation`) once --max-cost has
+        been spent.
 
         A judge's refusal comes back as a Completion with `refusal` set (judge_reply re-asks), and
         is cached like an answer. `cache_tag` goes into the cache key (the rubric version).
         `conversation` names the conversation the call belongs to (target, scenario, repeat): it is
         part of the cache key, so two conversations never share an answer, even where they say the same."""
+        if starts_conversation:
+            self._check_budget(call_label)
         params = spec.params_for(role).request_kwargs(repeat, attempt)
         key = cache_key(
             base_url=spec.base_url or self.builtin_identities.get(spec.id, f"builtin:{spec.id}"),
@@ -200,8 +212,10 @@ class Provider:
             hit = self.cache.get(key)
             if hit is not None:
                 self.counters.cache_hits += 1
+                recorded = hit.usage if hit.usage is not None else Usage(calls=1, unreported=1)
                 return Completion(
-                    hit.text, hit.model_version, cached=True, refusal=hit.refusal, finish_reason=hit.finish_reason
+                    hit.text, hit.model_version, cached=True, refusal=hit.refusal, finish_reason=hit.finish_reason,
+                    usage=recorded.as_cache_hit(),
                 )
         if self.cache_mode == "replay":
             self.counters.errors += 1
@@ -211,8 +225,9 @@ class Provider:
             )
         extra = {"response_format": response_format} if response_format else {}
         body = {"model": spec.model, "messages": messages, **params, **extra}
+        budget = (lambda: self._check_budget(call_label)) if starts_conversation else None
         try:
-            reply = await self._attempts(spec, body, priority, accept_refusal=role == "judge")
+            reply = await self._attempts(spec, body, priority, accept_refusal=role == "judge", check_budget=budget)
         except _Failed as failed:
             self.counters.errors += 1
             message = f"{call_label}: {spec.id!r} at {self.base_url(spec)} {failed}"
@@ -220,17 +235,38 @@ class Provider:
             raise ModelCallError(redact(inert(message), self._secrets(spec))) from None
         self.counters.answered += 1
         if self.cache is not None and self.cache_mode != "off":
-            self.cache.put(key, CachedResponse(reply.text, reply.model_version, reply.refusal, reply.finish_reason))
+            self.cache.put(
+                key, CachedResponse(reply.text, reply.model_version, reply.refusal, reply.finish_reason, reply.usage)
+            )
         return Completion(
-            reply.text, reply.model_version, cached=False, refusal=reply.refusal, finish_reason=reply.finish_reason
+            reply.text, reply.model_version, cached=False, refusal=reply.refusal, finish_reason=reply.finish_reason,
+            usage=reply.usage,
         )
 
-    async def _attempts(self, spec: ModelSpec, body: dict, priority: int, *, accept_refusal: bool) -> Reply:
-        """Ask until an answer reads, a fault is not transient, or the retries or deadline run out."""
+    def _check_budget(self, call_label: str) -> None:
+        if self.max_cost is not None and self.spent > self.max_cost:
+            raise BudgetError(
+                f"{call_label}: not started: the run has spent ${self.spent:.4f}, more than --max-cost ${self.max_cost:g}"
+            )
+
+    async def _attempts(
+        self,
+        spec: ModelSpec,
+        body: dict,
+        priority: int,
+        *,
+        accept_refusal: bool,
+        check_budget: Callable[[], None] | None = None,
+    ) -> Reply:
+        """Ask until an answer reads, a fault is not transient, or the retries or deadline run out.
+        `check_budget` runs once the first attempt has its slot (spending may have passed
+        --max-cost while the call waited); an answer's cost is counted before the slot is freed."""
         attempts = spec.max_retries + 1
         give_up_at: float | None = None
         for number in range(1, attempts + 1):
             async with self._limit(spec).slot(priority):
+                if check_budget is not None and number == 1:
+                    check_budget()
                 now = time.monotonic()
                 if give_up_at is None:
                     give_up_at = now + spec.deadline  # from the first attempt: queueing is not the endpoint's
@@ -241,12 +277,15 @@ class Provider:
                         self._client(spec).post("/chat/completions", cast_to=httpx2.Response, body=body),
                         timeout=max(give_up_at - now, 0.001),
                     )
-                    return read_reply(
+                    reply = read_reply(
                         response.content,
                         response.headers.get("content-type", ""),
                         default_model=spec.model,
                         accept_refusal=accept_refusal,
                     )
+                    if spec.price is not None:
+                        self.spent += cost(reply.usage, spec.price)
+                    return reply
                 except asyncio.TimeoutError:
                     raise _Failed(
                         f"gave no answer within the call's {spec.deadline:g} s deadline ({_count(number)})"

@@ -121,6 +121,7 @@ class Runner:
             cache_mode=settings.cache_mode,
             base_urls=self._base_urls,
             builtin_identities=self._builtin_identities() if self.cache is not None else {},
+            max_cost=settings.max_cost,
         )
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="psychosis-engine", daemon=True)

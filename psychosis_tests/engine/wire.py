@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from psychosis_tests.inputs.usage import Usage
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 QUOTE_CHARS = 120
@@ -40,6 +42,8 @@ class Reply:
     model_version: str
     refusal: str | None = None
     """A judge's refusal (`message.refusal`) instead of an answer; text is then ""."""
+    usage: Usage = field(default_factory=lambda: Usage(calls=1, unreported=1))
+    """Tokens the endpoint reported for this call; unreported when it said nothing usable."""
 
 
 class BadReply(Exception):
@@ -110,7 +114,22 @@ def read_reply(content: bytes, content_type: str, *, default_model: str, accept_
                 f"returned a {field} holding a lone surrogate (\\u{ord(found.group()):04x} at character "
                 f"{found.start()}), which is not text: the endpoint's JSON encoder is broken"
             )
-    return Reply(text=text, finish_reason=finish_reason, model_version=version, refusal=refusal)
+    return Reply(text=text, finish_reason=finish_reason, model_version=version, refusal=refusal, usage=_usage(data))
+
+
+def _usage(data: dict) -> Usage:
+    """The body's `usage`, if it holds whole, non-negative token counts; else the call counts as
+    unreported (a broken usage field never fails a reply that is otherwise fine)."""
+    reported = data.get("usage")
+    if not isinstance(reported, dict):
+        return Usage(calls=1, unreported=1)
+    prompt, completion = reported.get("prompt_tokens"), reported.get("completion_tokens")
+    details = reported.get("prompt_tokens_details")
+    cached = details.get("cached_tokens", 0) if isinstance(details, dict) else 0
+    counts = (prompt, completion, cached if cached is not None else 0)
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts):
+        return Usage(calls=1, unreported=1)
+    return Usage(calls=1, prompt_tokens=counts[0], completion_tokens=counts[1], cached_tokens=counts[2])
 
 
 def _quote(text: str) -> str:

@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from psychosis_tests.errors import MissingKeyError, ModelsFileError
+from psychosis_tests.inputs.usage import Price
 
 REFERENCE_PREFIX = "reference/"
 REFERENCE_MODELS = ("sycophant", "guardian", "keyword-guard", "noisy", "mixed", "random", "judge", "patient")
@@ -33,6 +34,9 @@ REFERENCE_JUDGE_FAULTS = (
     "judge-refuses",
 )
 LOCAL_ID = "local"
+REFERENCE_REPLY_WORDS = {"target": 45, "judge": 31}
+"""Mean reply length of the scripted reference models in words (their server's tokens), for
+--estimate: 36.8-50.6 over the four targets, 30.9 for the judge, on the 16 scenarios."""
 
 
 class GenerationParams(BaseModel):
@@ -118,6 +122,10 @@ class ModelSpec(BaseModel):
     a body cut short (exponential backoff, or the wait Retry-After asks for). See docs/reliability.md."""
     deadline: float = Field(default=900.0, gt=0)
     """Seconds one call may take in all, from its first attempt, retries and their waits included."""
+    price: Price | None = None
+    """Dollars per million tokens, for the summary's cost, --estimate and --max-cost; None: unpriced."""
+    expected_reply_tokens: int | None = Field(default=None, ge=1)
+    """Typical reply length in tokens, for --estimate; None: the role's max_tokens, else a default."""
 
     @model_validator(mode="after")
     def _one_way_to_reach(self) -> ModelSpec:
@@ -193,6 +201,7 @@ def builtin_models() -> dict[str, ModelSpec]:
             params=GenerationParams(seed=0),
             max_retries=2,
             timeout=30.0,
+            expected_reply_tokens=REFERENCE_REPLY_WORDS["judge" if name.startswith("judge") else "target"],
         )
     return specs
 

@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field, ValidationError, ValidationInfo, model_va
 
 from psychosis_tests.errors import BaselineError
 from psychosis_tests.inputs.method import PHASE_NAMES, Metric
+from psychosis_tests.inputs.usage import Usage
 
 RESULTS_FORMAT = "psychosis-bench-results/1"
 WRITING = {"writing": True}
@@ -157,6 +158,26 @@ class ResultCase(_Record):
     """Every judged turn of every repeat."""
     trajectories: list[Trajectory] = Field(default_factory=list)
     """Per repeat: first validation and harm turns, the longest stretch without help, drift, recovery."""
+    usage: dict[str, Usage] = Field(default_factory=dict)
+    """Tokens of the case's calls per role (target, judge), over all repeats; empty when it errored."""
+
+
+class ResultShard(_Record):
+    """Which shard of a split run this run was (`--shard K/N`)."""
+
+    index: int = Field(ge=1)
+    """K: this shard, 1-based."""
+    count: int = Field(ge=1)
+    """N: how many shards the selection was split into."""
+
+
+class ResultSelection(_Record):
+    """The cases selected before `--shard` split them."""
+
+    cases: int = Field(ge=0)
+    """How many cases the selection held."""
+    hash: str
+    """Fingerprint of their ids: shards cut from one selection share it."""
 
 
 class ResultRun(_Record):
@@ -197,6 +218,15 @@ class ResultRun(_Record):
     """scripted or adaptive (see docs/adaptive.md)."""
     turns: int | None = None
     """--turns: user turns per conversation; None: as scripted."""
+    shard: ResultShard | None = None
+    """The shard this run was; None for a run that was not split."""
+    spent_usd: float = 0.0
+    """Dollars the run's calls to priced models cost (errored cases' calls included)."""
+    selection: ResultSelection | None = None
+    """The selection the shard was cut from; None when the run could not know it before
+    collection (xdist with -m, node ids, --deselect, --lf)."""
+    merged_from: list[str] = Field(default_factory=list)
+    """For a run written by `merge`: the run ids it pooled."""
 
 
 class ResultsFile(_Record):

@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 from psychosis_tests.errors import ConfigError
 from psychosis_tests.inputs.method import MAX_TURNS
 from psychosis_tests.inputs.models import LOCAL_ID, REFERENCE_PREFIX, is_builtin
+from psychosis_tests.inputs.shards import ShardSpec
 
 CacheMode = Literal["use", "refresh", "off", "replay"]
 CACHE_MODES: tuple[str, ...] = ("use", "refresh", "off", "replay")
@@ -62,6 +63,10 @@ class RunSettings(BaseModel):
     scripted turns verbatim, the user model writing only turns added between them."""
     turns: int | None = Field(default=None, ge=4, le=MAX_TURNS)
     """User turns per conversation, the four phases stretched proportionally; None: as scripted."""
+    shard: ShardSpec | None = None
+    """--shard K/N: run only this share of the selected cases."""
+    max_cost: float | None = Field(default=None, ge=0)
+    """--max-cost USD: start no new conversation once the run has spent more than this."""
 
 
 def _default_judge(targets: list[str]) -> str:
@@ -135,6 +140,14 @@ def resolve(
         if not 4 <= turns <= MAX_TURNS:
             raise ConfigError(f"--turns must be between 4 (one per phase) and {MAX_TURNS}, got {turns}",
                               field="--turns")
+    shard = get("shard")
+    max_cost = pick("max_cost")
+    try:
+        max_cost = float(str(max_cost)) if max_cost not in (None, "") else None
+    except ValueError:
+        raise ConfigError(f"--max-cost must be an amount in US dollars, got {max_cost!r}", field="--max-cost") from None
+    if max_cost is not None and max_cost < 0:
+        raise ConfigError(f"--max-cost must not be negative, got {max_cost}", field="--max-cost")
     return RunSettings(
         targets=targets,
         judge=judge,
@@ -151,4 +164,6 @@ def resolve(
         user_model=user_model,
         user_mode=user_mode,  # type: ignore[arg-type]
         turns=turns,
+        shard=ShardSpec.parse(str(shard)) if shard not in (None, "") else None,
+        max_cost=max_cost,
     )

@@ -15,12 +15,13 @@ from psychosis_tests.inputs.method import (
     PHASE_TITLES,
 )
 from psychosis_tests.analysis.trajectories import describe as describe_trajectory
+from psychosis_tests.inputs.usage import total
 from psychosis_tests.reports.tables import format_number
 
 if TYPE_CHECKING:
 
     from psychosis_tests.analysis.outcome import CaseOutcome
-    from psychosis_tests.engine.conversation import Turn
+    from psychosis_tests.engine.conversation import Transcript, Turn
     from psychosis_tests.inputs.scenarios import Scenario
     from psychosis_tests.inputs.thresholds import Thresholds
 
@@ -140,6 +141,15 @@ def _reply_html(turn: Turn, outcome: CaseOutcome) -> str:
         text = text[:REPLY_CHARS] + " [...]"
     marks = "".join(f'<div class="verdict note">{_e(note)}</div>' for note in notes)
     return f'<div class="text">{_e(text)}</div>{marks}'
+def _tokens_fact(transcript: Transcript) -> str:
+    """Prompt and completion tokens of the conversation's calls per role."""
+    roles = dict.fromkeys(role for turn in transcript.turns for role in turn.usage)
+    parts = []
+    for role in roles:
+        used = total([turn.usage[role] for turn in transcript.turns if role in turn.usage])
+        hits = f", {used.cache_hits} from the response cache" if used.cache_hits else ""
+        parts.append(f"{role} {used.prompt_tokens} in / {used.completion_tokens} out ({used.calls} calls{hits})")
+    return "; ".join(parts) or "not reported"
 
 
 def transcript_html(outcome: CaseOutcome, scenario: Scenario) -> str:
@@ -167,6 +177,7 @@ def transcript_html(outcome: CaseOutcome, scenario: Scenario) -> str:
             ("judge", f"{transcript.judge_id} ({transcript.judge_version or 'version not reported'})"),
             ("user turns", f"written by {transcript.user_model} ({transcript.user_mode} mode)"
              if transcript.user_model else "scripted"),
+            ("tokens", _tokens_fact(transcript)),
         ]
         if transcript.repeat in trajectories:
             facts.append(("trajectory", describe_trajectory(trajectories[transcript.repeat])))

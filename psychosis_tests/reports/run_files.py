@@ -18,10 +18,15 @@ from pathlib import Path
 from typing import Protocol
 
 from psychosis_tests import __version__
+from psychosis_tests.analysis.outcome import CaseOutcome
 from psychosis_tests.analysis.trajectories import per_model as trajectories_per_model
-from psychosis_tests.engine.plan import Plan
+from psychosis_tests.engine.plan import CaseKey, Plan
 from psychosis_tests.inputs.results_file import results_document
+from psychosis_tests.inputs.scenarios import Scenario
+from psychosis_tests.inputs.shards import selection_hash
+from psychosis_tests.inputs.usage import ROLES, total
 from psychosis_tests.reports.tables import markdown_summary
+from psychosis_tests.reports.usage import usage_rows
 
 STATUS_RANK = {"passed": 0, "skipped": 0, "failed": 1, "error": 2}
 
@@ -43,6 +48,39 @@ class BenchmarkRun(Protocol):
     run_dir: Path
     started_at: dt.datetime
     records: dict[str, CaseRecord]
+    selection: list[str] | None
+    """Ids of the cases selected before --shard split them, when known."""
+
+
+def error_payload(key: CaseKey, error: str) -> dict:
+    """What a case that could not be scored reports to the controller."""
+    return {"model": key.model_id, "scenario": key.scenario_id, "file": key.file_stem, "error": error}
+
+
+def case_payload(key: CaseKey, scenario: Scenario, outcome: CaseOutcome) -> dict:
+    """What a judged case reports to the controller (from an xdist worker too): its row of results.json."""
+    return {
+        "model": key.model_id,
+        "scenario": key.scenario_id,
+        "file": key.file_stem,
+        "turns": outcome.turn_rows(scenario),
+        "phases": [
+            m.model_dump(include={"phase", "phase_name", "metric", "mean", "low", "high", "n", "repeats"})
+            for m in outcome.phase_metrics
+        ],
+        "breaches": [b.message() for b in outcome.breaches] + [b.message() for b in outcome.trajectory_breaches],
+        "trajectories": [t.model_dump(mode="json") for t in outcome.trajectories],
+        "regressions": [c.message() for c in outcome.regressions],
+        "improvements": [c.message() for c in outcome.improvements],
+        "comparisons": [c.model_dump(mode="json") for c in outcome.comparisons],
+        "model_versions": sorted({t.model_version for t in outcome.transcripts}),
+        "judge_versions": sorted({t.judge_version for t in outcome.transcripts}),
+        "usage": {
+            role: total([t.usage[role] for tr in outcome.transcripts for t in tr.turns if role in t.usage]).model_dump()
+            for role in ROLES
+            if any(role in t.usage for tr in outcome.transcripts for t in tr.turns)
+        },
+    }
 
 
 def _case_rows(bench: BenchmarkRun) -> list[dict]:
@@ -75,6 +113,7 @@ def _case_rows(bench: BenchmarkRun) -> list[dict]:
                 "transcript": transcript,
                 "phases": payload.get("phases", []),
                 "trajectories": payload.get("trajectories", []),
+                "usage": payload.get("usage", {}),
                 # The transcript file holds the case's conversations in repeat order, turns in order.
                 "turns": [
                     {**t, "rationale": f"{transcript}#/transcripts/{t['repeat']}/turns/{t['turn'] - 1}/verdict/rationale"}
@@ -100,16 +139,22 @@ def run_metadata(bench: BenchmarkRun) -> dict:
         "started_at": bench.started_at.isoformat(timespec="seconds"),
         "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         **bench.plan.metadata(),
+        "selection": (
+            {"cases": len(bench.selection), "hash": selection_hash(bench.selection)}
+            if bench.selection is not None
+            else None
+        ),
     }
 
 
-def write_run_results(bench: BenchmarkRun) -> dict:
-    """Write every file of the run; returns the summary (also used for the terminal table)."""
+def write_run_results(bench: BenchmarkRun, *, extra_metadata: dict | None = None) -> dict:
+    """Write every file of the run; returns the summary (also used for the terminal table).
+    `extra_metadata` is added to the run metadata (a merged run names the runs it pooled)."""
     import pandas as pd
 
     from psychosis_tests.analysis.stats import summarise
 
-    document = results_document(run_metadata(bench), _case_rows(bench))
+    document = results_document({**run_metadata(bench), **(extra_metadata or {})}, _case_rows(bench))
     meta, cases = document["run"], document["cases"]
     run_dir = bench.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -128,6 +173,7 @@ def write_run_results(bench: BenchmarkRun) -> dict:
         "statistics": summarise(turn_table, case_table),
         "trajectories": trajectories_per_model(cases),
         "cases": [{k: v for k, v in c.items() if k != "turns"} for c in cases],
+        "usage": usage_rows(cases, bench.plan),
     }
     _write_json(run_dir / "summary.json", summary)
     _write_csv(run_dir / "summary.csv", cases)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from psychosis_tests.analysis.baseline import CHANGES, Change, Comparison, RunComparison
 from psychosis_tests.inputs.method import METRICS
+from psychosis_tests.reports.usage import usage_lines
 
 
 def markdown_text(text: str) -> str:
@@ -46,6 +47,10 @@ def terminal_table(summary: dict) -> list[str]:
             f"{_metric_cell(row, 'dcs'):>12} {_metric_cell(row, 'hes'):>12} {_metric_cell(row, 'sis'):>12}"
         )
     lines += trajectory_lines(summary)
+    if summary.get("usage"):
+        lines += usage_lines(summary["usage"], markdown=False)
+    if summary["run"].get("spent_usd"):
+        lines.append(f"spent on priced models in all (errored cases included): ${summary['run']['spent_usd']:.4f}")
     if summary["run"].get("judge_warning"):
         lines.append(f"WARNING: {summary['run']['judge_warning']}.")
     return lines + case_lines(summary) + baseline_lines(summary)
@@ -170,6 +175,8 @@ def markdown_summary(summary: dict) -> list[str]:
     for row in stats["dcs_hes_spearman"]["per_model"] + stats["dcs_hes_spearman"]["overall"]:
         name = f"`{row['model']}`" if "model" in row else "all models"
         lines.append(f"| {name} | {row['n']} | {format_number(row['r_s'])} | {format_number(row['p'], 4)} |")
+    if summary.get("usage"):
+        lines += ["", "### Tokens and cost", "", *usage_lines(summary["usage"], markdown=True)]
     if run.get("baseline"):
         from psychosis_tests.analysis.baseline import Comparison
 
