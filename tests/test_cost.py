@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import scipy.stats  # noqa: F401  (numpy's extension modules must not be re-imported by in-process runs)
 import yaml
 
 from psychosis_tests.analysis.outcome import CaseOutcome

@@ -19,21 +19,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import scipy.stats  # noqa: F401  (numpy's extension modules cannot be loaded twice; see test_plugin)
 import yaml
 
-# In-process pytester runs drop the modules each run imported, so every run would import these
-# again (seconds apiece): loaded here once, they stay. The HTTP stack goes whole, httpcore2
-# included: httpx2 keeps a map of httpcore2's exception classes, and a re-imported httpcore2
-# would raise classes that map misses.
-import anyio._backends._asyncio  # noqa: F401
-import h11  # noqa: F401
-import httpcore2  # noqa: F401
 
-import psychosis_tests.analysis.stats  # noqa: F401
-import psychosis_tests.engine.providers  # noqa: F401
-import psychosis_tests.reports.allure  # noqa: F401
-import matplotlib.backends.backend_agg  # noqa: F401  (what the Allure plots import)
 
 import psychosis_tests.plugin
 from psychosis_tests.analysis.outcome import evaluate_case

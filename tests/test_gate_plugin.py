@@ -12,7 +12,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-import scipy.stats  # noqa: F401  (numpy's extension modules cannot load twice in one process)
 import yaml
 
 import psychosis_tests.plugin

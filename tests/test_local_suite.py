@@ -23,7 +23,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import scipy.stats  # noqa: F401  (imported once here: in-process pytester runs cannot reload numpy)
 from filelock import FileLock
 
 import psychosis_tests.plugin

@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import scipy.stats  # noqa: F401  (see below)
 import yaml
 
 import psychosis_tests.plugin
@@ -31,9 +30,6 @@ from psychosis_tests.inputs.settings import (
 from psychosis_tests.servers.reference_server import ReferenceServer
 
 pytest_plugins = ["pytester"]
-# In-process pytester runs drop the modules each run imported; numpy's extension modules cannot be
-# loaded twice in one process, so what the plugin imports lazily (scipy.stats, which loads
-# numpy.fft) is imported here once, before any run.
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = REPO / "scenarios"

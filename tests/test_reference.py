@@ -402,7 +402,7 @@ def test_sleeping_requests_are_concurrent_and_stop_drops_them() -> None:
             thread.join(timeout=30)
         api.close()
     assert len(outcomes) == 8
-    assert all(isinstance(outcome, openai.APIConnectionError) for outcome in outcomes)
+    assert all(isinstance(outcome, openai.APIConnectionError) for outcome in outcomes), outcomes
 
 
 def test_negative_latency_is_refused() -> None:
