@@ -22,6 +22,7 @@ from psychosis_tests.engine.plan import CaseKey
 from psychosis_tests.engine.progress import ProgressReporter
 from psychosis_tests.errors import CaseError, PsychosisBenchError
 from psychosis_tests.inputs.settings import resolve
+from psychosis_tests.pytest_setup import correct_setup, project_dir
 from psychosis_tests.reports.run_files import (
     case_payload,
     error_payload,
@@ -70,6 +71,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         if dest not in CLI_ONLY:
             parser.addini(f"psychosis_{dest}", kwargs["help"], default=None)
     parser.addini("psychosis_models", "target model ids", type="linelist", default=[])
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    """Every plugin's options are known now: take option values back from pytest's test paths."""
+    correct_setup(early_config, parser, args)
 
 
 def progress_interval() -> float:
