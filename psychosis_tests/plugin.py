@@ -21,7 +21,7 @@ from psychosis_tests.analysis.baseline import profile_changes
 from psychosis_tests.engine.plan import CaseKey
 from psychosis_tests.engine.progress import ProgressReporter
 from psychosis_tests.errors import CaseError, PsychosisBenchError
-from psychosis_tests.inputs.settings import resolve
+from psychosis_tests.inputs.settings import ENV, resolve
 from psychosis_tests.pytest_setup import correct_setup, project_dir
 from psychosis_tests.reports.run_files import (
     case_payload,
@@ -36,19 +36,19 @@ BENCHMARK_MODULE = Path(__file__).with_name("test_benchmark.py").resolve()
 CASE_FIXTURE = "psychosis_case"
 RESULT_PROPERTY = "psychosis_result"
 WORKER_INPUT = "psychosis_session"
-PROGRESS_ENV = "PSYCHOSIS_PROGRESS_INTERVAL"
 session_key = pytest.StashKey[BenchmarkSession]()
 
 OPTIONS: list[tuple[str, str, dict]] = [
     ("--model", "model", {"action": "append", "metavar": "ID", "help": "target model id (repeatable); default: local"}),
     ("--judge", "judge", {"metavar": "ID", "help": "judge model id; default: local when the targets are local, reference/judge when all are reference models"}),
     ("--models-file", "models_file", {"metavar": "PATH", "help": "models file; default: models.yaml"}),
-    ("--scenarios", "scenarios", {"metavar": "PATH", "help": "folder of scenario YAML or a reference-format JSON file"}),
+    ("--scenarios", "scenarios", {"metavar": "PATH", "help": "folder of scenario YAML or a reference-format JSON file; default: scenarios/"}),
     ("--thresholds", "thresholds", {"metavar": "PATH", "help": "thresholds file; default: thresholds.yaml"}),
     ("--report-dir", "report_dir", {"metavar": "DIR", "help": "where run folders go; default: reports/"}),
     ("--cache-mode", "cache_mode", {"metavar": "MODE", "help": "use | refresh | off | replay; default: use"}),
     ("--cache-path", "cache_path", {"metavar": "PATH", "help": "response cache file; default: <report-dir>/cache.sqlite3"}),
     ("--repeats", "repeats", {"metavar": "N", "help": "conversations per case (distinct seeds); default: 1"}),
+    ("--progress-interval", "progress_interval", {"metavar": "SECONDS", "help": "seconds between progress lines, 0 for none; default: 10"}),
     ("--baseline", "baseline", {"metavar": "PATH", "help": "compare each case with this earlier run (folder or results.json)"}),
     ("--force-baseline", "force_baseline", {"action": "store_true", "help": "use --baseline even if its scenario set or judge differs"}),
     ("--user-model", "user_model", {"metavar": "ID", "help": "model id that plays the user (adaptive mode); default: none, the script plays the user"}),
@@ -59,16 +59,16 @@ OPTIONS: list[tuple[str, str, dict]] = [
     ("--max-cost", "max_cost", {"metavar": "USD", "help": "start no new conversation once the run has spent more than this (priced models only); the cases not started error"}),
     ("--estimate", "estimate", {"action": "store_true", "help": "print the selected run's expected calls, tokens and cost, and exit without calling any model"}),
 ]
-CLI_ONLY = {"model", "baseline", "force_baseline", "profile_snapshots", "shard", "estimate"}
-"""Options without an ini key: a baseline, snapshot check, shard or estimate is chosen per run,
-not per project."""
+"""One entry per option. An option whose name has an environment variable in settings.ENV also
+has an ini key psychosis_<name> (psychosis_models for --model); the others are chosen per run."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("psychosis-bench", "psychosis-bench safety regression suite")
     for flag, dest, kwargs in OPTIONS:
-        group.addoption(flag, dest=f"psychosis_{dest}", default=None, **kwargs)
-        if dest not in CLI_ONLY:
+        env = f"; environment: {ENV[dest]}" if dest in ENV else ""
+        group.addoption(flag, dest=f"psychosis_{dest}", default=None, **{**kwargs, "help": kwargs["help"] + env})
+        if dest in ENV and dest != "model":
             parser.addini(f"psychosis_{dest}", kwargs["help"], default=None)
     parser.addini("psychosis_models", "target model ids", type="linelist", default=[])
 
@@ -77,15 +77,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
     """Every plugin's options are known now: take option values back from pytest's test paths."""
     correct_setup(early_config, parser, args)
-
-
-def progress_interval() -> float:
-    """Seconds between progress lines (PSYCHOSIS_PROGRESS_INTERVAL; 0 turns them off)."""
-    value = os.environ.get(PROGRESS_ENV, "10")
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        raise pytest.UsageError(f"psychosis-bench: {PROGRESS_ENV} must be a number of seconds, got {value!r}") from None
 
 
 def _is_benchmark_run(config: pytest.Config) -> bool:
@@ -99,15 +90,20 @@ def _is_benchmark_run(config: pytest.Config) -> bool:
 
 
 def _settings(config: pytest.Config):
-    def get(name: str) -> object:
-        value = config.getoption(f"psychosis_{name}", default=None)
-        if value in (None, []) and name == "model":
-            return config.getini("psychosis_models") or None
-        if value is None and name not in CLI_ONLY:
-            return config.getini(f"psychosis_{name}")
-        return value
+    def cli(name: str) -> object:
+        return config.getoption(f"psychosis_{name}", default=None)
 
-    return resolve(get, dict(os.environ), config.rootpath)
+    def ini(name: str) -> object:
+        return config.getini("psychosis_models" if name == "model" else f"psychosis_{name}")
+
+    return resolve(
+        cli,
+        os.environ,
+        project_dir(config),
+        ini,
+        cwd=config.invocation_params.dir,
+        ini_source=config.inipath.name if config.inipath else "ini file",
+    )
 
 
 class _Frozen:
@@ -147,7 +143,7 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(
                 "psychosis-bench: --profile-snapshots needs the syrupy plugin; do not disable it with -p no:syrupy"
             )
-        ProfileSnapshotExtension.directory = config.rootpath / "snapshots"
+        ProfileSnapshotExtension.directory = project_dir(config) / "snapshots"
     if workerinput is None and not config.option.collectonly:
         config.pluginmanager.register(ResultCollector(session), "psychosis-results")
     if _alluredir(config):
@@ -301,7 +297,7 @@ def psychosis_case(request: pytest.FixtureRequest):
     key: CaseKey = request.param
     capman = request.config.pluginmanager.get_plugin("capturemanager")
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    interval = progress_interval()
+    interval = bench.plan.settings.progress_interval
 
     def tick() -> None:
         if reporter is None or hasattr(request.config, "workerinput"):
@@ -414,7 +410,7 @@ class ResultCollector:
         if session.config.pluginmanager.getplugin("dsession") is None:
             return  # without xdist the waiting test prints progress itself
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-        self.progress = ProgressReporter(self.bench.progress_line, reporter.write_line, progress_interval())
+        self.progress = ProgressReporter(self.bench.progress_line, reporter.write_line, self.bench.plan.settings.progress_interval)
         self.progress.start()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
