@@ -134,9 +134,10 @@ def pytest_configure(config: pytest.Config) -> None:
         else:
             session = BenchmarkSession.for_controller(settings)
             if not config.option.collectonly and not config.getoption("psychosis_estimate"):
+                session.check_endpoints()
                 session.start_servers()
     except PsychosisBenchError as exc:
-        raise pytest.UsageError(f"psychosis-bench: {exc}") from None
+        raise pytest.UsageError(f"psychosis-bench: {' '.join(str(exc).split())}") from None
     config.stash[session_key] = session
     if config.getoption("psychosis_profile_snapshots"):
         if not config.pluginmanager.hasplugin("syrupy"):

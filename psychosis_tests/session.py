@@ -16,6 +16,7 @@ from pathlib import Path
 from psychosis_tests import __version__
 from psychosis_tests.analysis.outcome import CaseOutcome, evaluate_case
 from psychosis_tests.engine.plan import CaseKey, Plan
+from psychosis_tests.engine.preflight import check_endpoints
 from psychosis_tests.engine.progress import format_line
 from psychosis_tests.engine.runner import Runner, wait_for_case_file
 from psychosis_tests.inputs.settings import RunSettings
@@ -61,6 +62,11 @@ class BenchmarkSession:
     def for_controller(cls, settings: RunSettings) -> BenchmarkSession:
         """Validate everything and name the run folder (made when something is written to it)."""
         return cls(Plan.load(settings), run_dir=settings.report_dir / new_run_id())
+
+    def check_endpoints(self) -> None:
+        """Every remote endpoint answers a connection, or the run stops here (replay calls none)."""
+        if self.plan.settings.cache_mode != "replay":
+            check_endpoints([*self.plan.targets, self.plan.judge], models_file=self.plan.settings.models_file)
 
     def start_servers(self) -> None:
         """Start one embedded llama.cpp server per locally served model, for the whole run."""
