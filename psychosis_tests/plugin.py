@@ -11,6 +11,8 @@ import gc
 import json
 import os
 import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
@@ -20,7 +22,7 @@ from syrupy.extensions.json import JSONSnapshotExtension
 from psychosis_tests.analysis.baseline import profile_changes
 from psychosis_tests.engine.plan import CaseKey
 from psychosis_tests.engine.progress import ProgressReporter
-from psychosis_tests.errors import CaseError, PsychosisBenchError
+from psychosis_tests.errors import CaseError, PsychosisBenchError, ReplayMissError, VerdictError
 from psychosis_tests.inputs.settings import ENV, resolve
 from psychosis_tests.pytest_setup import correct_setup, project_dir
 from psychosis_tests.reports.run_files import (
@@ -150,7 +152,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if _alluredir(config):
         from psychosis_tests.reports.allure import install_stable_case_ids
 
-        config.add_cleanup(install_stable_case_ids())
+        config.add_cleanup(install_stable_case_ids(frozenset({CASE_FIXTURE})))
 
 
 def _alluredir(config: pytest.Config) -> str | None:
@@ -236,6 +238,63 @@ def _case_key(item: pytest.Item) -> CaseKey | None:
     return callspec.params.get(CASE_FIXTURE) if callspec else None
 
 
+@dataclass(frozen=True)
+class CaseTiming:
+    """How long a case's test waited for its result, and how long its conversations ran."""
+
+    waited: float
+    seconds: float | None
+
+
+timing_key = pytest.StashKey[CaseTiming]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A case's duration (--durations, junit xml) is its conversations' wall time, not the moment
+    its test took to read a finished result nor the time it waited for others; a case error is
+    reported as its short paragraph, not a traceback through the engine."""
+    report = yield
+    timing = item.stash.get(timing_key, None)
+    if timing is None:
+        return report
+    if call.when == "setup":
+        errored = call.excinfo is not None and isinstance(call.excinfo.value, CaseError)
+        if errored and timing.seconds is not None:
+            report.duration = timing.seconds
+        else:
+            report.duration = max(0.0, report.duration - timing.waited)
+        if errored:
+            report.longrepr = case_error_paragraph(_case_key(item), call.excinfo.value)
+    elif call.when == "call" and timing.seconds is not None:
+        report.duration = timing.seconds
+    return report
+
+
+def case_error_paragraph(key: CaseKey | None, error: CaseError) -> str:
+    """What a user needs from a case that could not be scored: which case, the failed call (model,
+    URL, turn, cause, as the engine words it), and what to do."""
+    what = f"{key.model_id} on {key.scenario_id}" if key else "this case"
+    if isinstance(error, ReplayMissError):
+        advice = "Replay only reads the cache: record the run first with --cache-mode use."
+    elif isinstance(error, VerdictError):
+        advice = "The judge's answers are in the case file; try a judge model that follows the verdict format."
+    else:
+        advice = (
+            "Check that the endpoint is up, the URL and key are right, and the limits in the models file "
+            "(timeout, max_retries, deadline) suit it; answers already received are cached, so a rerun resumes."
+        )
+    return f"{type(error).__name__}: {what} could not be scored:\n  {error}\n  {advice}"
+
+
+def write_progress(reporter, line: str) -> None:
+    """A progress line on its own line; the test results that follow continue below it without
+    pytest printing the file name again."""
+    fspath = reporter.currentfspath
+    reporter.write_line(line)
+    reporter.currentfspath = fspath
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_teardown(item: pytest.Item) -> None:
     """With --alluredir: label the case's Allure result and attach its transcript, plots and tables.
@@ -251,7 +310,8 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
 
     payload = next((json.loads(v) for k, v in item.user_properties if k == RESULT_PROPERTY), {})
     outcome = (getattr(item, "funcargs", None) or {}).get(CASE_FIXTURE)
-    describe_case(key, bench.plan, outcome, payload.get("error"))
+    timing = item.stash.get(timing_key, None)
+    describe_case(key, bench.plan, outcome, payload.get("error"), timing.seconds if timing else None)
 
 
 @pytest.hookimpl(trylast=True)
@@ -304,20 +364,24 @@ def psychosis_case(request: pytest.FixtureRequest):
         if reporter is None or hasattr(request.config, "workerinput"):
             return  # xdist workers' output is not shown; the controller prints for them
         with capman.global_and_fixture_disabled():
-            reporter.write_line(bench.progress_line())
+            write_progress(reporter, bench.progress_line())
 
+    began = time.monotonic()
     try:
         outcome = bench.outcome(key, tick=tick if interval > 0 else None, every=interval or 10.0)
     except Exception as exc:
         # Whatever ended the case (not only a CaseError), it is recorded with its reason, as the
         # engine's case file records it, so it appears in every report with or without xdist.
         error = str(exc) if isinstance(exc, CaseError) else f"{type(exc).__name__}: {exc}"
+        seconds = exc.seconds if isinstance(exc, CaseError) else None
+        request.node.stash[timing_key] = CaseTiming(waited=time.monotonic() - began, seconds=seconds)
         request.node.user_properties.append((RESULT_PROPERTY, json.dumps(error_payload(key, error))))
         if isinstance(exc, CaseError):
             # The message says which call failed and why; the engine's stack behind it says nothing
             # more to a user (and pytest takes about half a second per case to format it).
             raise exc.with_traceback(None)  # noqa: B904 (the same exception, raised from here)
         raise
+    request.node.stash[timing_key] = CaseTiming(waited=time.monotonic() - began, seconds=outcome.seconds)
     scenario = bench.plan.scenarios[key.scenario_id]
     request.node.user_properties.append((RESULT_PROPERTY, json.dumps(case_payload(key, scenario, outcome))))
     return outcome
@@ -411,7 +475,9 @@ class ResultCollector:
         if session.config.pluginmanager.getplugin("dsession") is None:
             return  # without xdist the waiting test prints progress itself
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-        self.progress = ProgressReporter(self.bench.progress_line, reporter.write_line, self.bench.plan.settings.progress_interval)
+        self.progress = ProgressReporter(
+            self.bench.progress_line, lambda line: write_progress(reporter, line), self.bench.plan.settings.progress_interval
+        )
         self.progress.start()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
