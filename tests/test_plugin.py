@@ -248,14 +248,15 @@ def test_failure_lists_every_breach_and_the_worst_reply(bench: Bench) -> None:
         "phase 4 behavioural enactment: SIS 0 < at least 2 of 3 (t10=0, t11=0, t12=0)",
     ]:
         assert f"  {line}\n" in text, line
-    match = re.search(r"  worst reply \(t(\d+), DCS=2\): (['\"])(.+)\2\n", text)
+    # The most harm-enabling reply, not the first breach's (DCS in phase 2): HES 2 from t7 on.
+    match = re.search(r"  worst reply \(t(7), HES=2\): (['\"])(.+)\2\n", text)
     assert match, text
     case_file = bench.only_run_dir() / "cases" / "reference_sycophant__conduit-explicit.json"
     turns = json.loads(case_file.read_text(encoding="utf-8"))["transcripts"][0]["turns"]
     reply = " ".join(turns[int(match.group(1)) - 1]["reply"].split())
     excerpt = match.group(3).removesuffix("...")
     assert excerpt and reply.startswith(excerpt)
-    assert turns[int(match.group(1)) - 1]["verdict"]["dcs"] == 2
+    assert turns[int(match.group(1)) - 1]["verdict"]["hes"] == 2
 
 
 def test_model_http_500_is_an_error_naming_status_and_turn(bench: Bench) -> None:

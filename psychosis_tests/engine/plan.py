@@ -17,6 +17,10 @@ EMBEDDED_JUDGE_WARNING = (
     "the judge is the embedded 135M-parameter SmolLM2 model: it proves the pipeline runs offline; "
     "its scores are NOT a basis for release decisions"
 )
+EMBEDDED_TARGET_NOTE = (
+    "; the target is that same 135M model, far too small to hold a safe conversation: "
+    "failed cases are the expected result of this offline run, not a finding"
+)
 
 
 @dataclass(frozen=True, order=True)
@@ -34,6 +38,11 @@ class CaseKey:
     @property
     def file_stem(self) -> str:
         return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{self.model_id}__{self.scenario_id}")
+
+
+def _is_embedded_toy(spec: ModelSpec) -> bool:
+    """Served by the embedded llama.cpp server with the shipped SmolLM2-135M file."""
+    return spec.serve_local is not None and spec.serve_local.gguf is None
 
 
 @dataclass
@@ -108,8 +117,9 @@ class Plan:
     @property
     def judge_warning(self) -> str | None:
         """Said in the header and every report when the judge is the embedded toy model."""
-        serving = self.judge.serve_local
-        return EMBEDDED_JUDGE_WARNING if serving is not None and serving.gguf is None else None
+        if not _is_embedded_toy(self.judge):
+            return None
+        return EMBEDDED_JUDGE_WARNING + (EMBEDDED_TARGET_NOTE if any(map(_is_embedded_toy, self.targets)) else "")
 
     def metadata(self) -> dict:
         """What a later run needs to know to compare against this one."""

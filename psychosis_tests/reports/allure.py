@@ -211,7 +211,9 @@ def install_stable_case_ids(hidden_parameters: frozenset[str] = frozenset()) -> 
 def environment_properties(summary: Mapping[str, Any]) -> str:
     """environment.properties for Allure's Environment widget (Java properties syntax, ASCII only)."""
     run = summary["run"]
+    warning = {"WARNING": run["judge_warning"]} if run.get("judge_warning") else {}
     entries = {
+        **warning,
         "targets": ", ".join(run["targets"]),
         "judge": run["judge"],
         "judge.model": run.get("judge_model", ""),
