@@ -291,7 +291,10 @@ def write_progress(reporter, line: str) -> None:
     """A progress line on its own line; the test results that follow continue below it without
     pytest printing the file name again."""
     fspath = reporter.currentfspath
-    reporter.write_line(line)
+    if reporter._tw.width_of_current_line:  # noqa: SLF001 (mid-line, after the file name or results)
+        reporter.write_line(line)
+    else:
+        reporter.line(line)
     reporter.currentfspath = fspath
 
 
