@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import scipy.stats  # noqa: F401  (in-process runs drop the modules they imported; numpy cannot load twice)
 import yaml
 
 import psychosis_tests.plugin
