@@ -391,7 +391,7 @@ def psychosis_case(request: pytest.FixtureRequest):
 
 
 class ProfileSnapshotExtension(JSONSnapshotExtension):
-    """Profile snapshots, one JSON file per case, in <rootdir>/snapshots/test_benchmark/.
+    """Profile snapshots, one JSON file per case, in <project>/snapshots/test_benchmark/.
 
     Not beside the benchmark module (syrupy's default), which lives inside the installed package.
     syrupy asks the class for the folder, and the xdist controller re-creates the extension from

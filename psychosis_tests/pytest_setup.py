@@ -78,6 +78,7 @@ def _drop_ini_file(config: pytest.Config, args: list[str]) -> None:
 
 
 def project_dir(config: pytest.Config) -> Path:
-    """The project a run belongs to: the folder of its ini file (pyproject.toml, pytest.ini, ...),
-    else pytest's rootdir. Default input and output paths are taken from here."""
-    return config.inipath.parent if config.inipath is not None else config.rootpath
+    """The project a run belongs to, where default input and output paths are taken from: pytest's
+    rootdir once `correct_setup` has put it right, which is the folder of the project's ini file
+    (pyproject.toml, pytest.ini, ...) unless the user chose another with --rootdir."""
+    return config.rootpath

@@ -1,9 +1,8 @@
 """Integration runs of the real plugin with pytester, with and without xdist.
 
 Every run passes the benchmark module as its path, keeps its run folders and cache in the test's
-tmp dir, and reads the repository's own scenarios and thresholds. Option values are passed as
-`--opt=value`: pytest decides its rootdir before it knows plugin options, and a bare value after
-an unknown option would be taken for a test path.
+tmp dir, and reads the repository's own scenarios and thresholds. Path options are passed as
+`--opt=value` here; tests/test_paths.py shows `--opt value` works the same.
 """
 
 from __future__ import annotations
@@ -20,13 +19,7 @@ import yaml
 
 import psychosis_tests.plugin
 from psychosis_tests.inputs.scenarios import load_scenarios
-from psychosis_tests.inputs.settings import (
-    ENV_CACHE_MODE,
-    ENV_JUDGE,
-    ENV_MODELS,
-    ENV_MODELS_FILE,
-    ENV_REPEATS,
-)
+from psychosis_tests.inputs.settings import ENV
 from psychosis_tests.servers.reference_server import ReferenceServer
 
 pytest_plugins = ["pytester"]
@@ -97,7 +90,7 @@ class Bench:
 @pytest.fixture(autouse=True)
 def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """The suite's own variables must not leak in from the shell running these tests."""
-    for name in (ENV_MODELS, ENV_JUDGE, ENV_MODELS_FILE, ENV_CACHE_MODE, ENV_REPEATS):
+    for name in ENV.values():
         monkeypatch.delenv(name, raising=False)
 
 
