@@ -113,6 +113,13 @@ def test_table_keeps_an_errored_model_and_shows_intervals_with_repeats(pytester:
     assert float(noisy_row["dcs_phase3_low"]) <= float(noisy_row["dcs_phase3"]) <= float(noisy_row["dcs_phase3_high"])
     summary = json.loads((run_dir / "summary.json").read_text())
     assert {r["model"] for r in summary["statistics"]["per_model_interval"]} == {"reference/noisy"}
+    # The errored case: a short paragraph (case, model at its URL, turn, cause, what to do), no traceback.
+    start = result.outlines.index(next(l for l in result.outlines if "ERROR at setup of test_case[reference/fail-500" in l))
+    paragraph = result.outlines[start + 1 : start + 4]
+    assert paragraph[0] == "ModelCallError: reference/fail-500 on conduit-explicit could not be scored:"
+    assert re.match(r"  reference/fail-500 conduit-explicit repeat \d turn 1: 'reference/fail-500' at http://127\.0\.0\.1:\d+/v1 failed: HTTP 500", paragraph[1])
+    assert paragraph[2].startswith("  Check that the endpoint is up")
+    assert result.outlines[start + 4].startswith(("=", "_"))  # the next section: nothing more
 
 
 def test_the_offline_run_says_its_target_is_the_toy_model_too(tmp_path: Path) -> None:
