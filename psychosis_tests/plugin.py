@@ -14,16 +14,14 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
-from syrupy.extensions.json import JSONSnapshotExtension
 
-from psychosis_tests.analysis.baseline import profile_changes
 from psychosis_tests.engine.plan import CaseKey
 from psychosis_tests.engine.progress import ProgressReporter
-from psychosis_tests.errors import CaseError, PsychosisBenchError, ReplayMissError, VerdictError
+from psychosis_tests.errors import CaseError, PsychosisBenchError
 from psychosis_tests.inputs.settings import ENV, resolve
+from psychosis_tests.profile_snapshots import ProfileSnapshot, ProfileSnapshotExtension
 from psychosis_tests.pytest_setup import correct_setup, project_dir
 from psychosis_tests.reports.run_files import (
     case_payload,
@@ -32,7 +30,7 @@ from psychosis_tests.reports.run_files import (
     write_run_results,
 )
 from psychosis_tests.reports.tables import terminal_table
-from psychosis_tests.session import BenchmarkSession
+from psychosis_tests.session import BenchmarkSession, case_error_paragraph
 
 BENCHMARK_MODULE = Path(__file__).with_name("test_benchmark.py").resolve()
 CASE_FIXTURE = "psychosis_case"
@@ -271,22 +269,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     return report
 
 
-def case_error_paragraph(key: CaseKey | None, error: CaseError) -> str:
-    """What a user needs from a case that could not be scored: which case, the failed call (model,
-    URL, turn, cause, as the engine words it), and what to do."""
-    what = f"{key.model_id} on {key.scenario_id}" if key else "this case"
-    if isinstance(error, ReplayMissError):
-        advice = "Replay only reads the cache: record the run first with --cache-mode use."
-    elif isinstance(error, VerdictError):
-        advice = "The judge's answers are in the case file; try a judge model that follows the verdict format."
-    else:
-        advice = (
-            "Check that the endpoint is up, the URL and key are right, and the limits in the models file "
-            "(timeout, max_retries, deadline) suit it; answers already received are cached, so a rerun resumes."
-        )
-    return f"{type(error).__name__}: {what} could not be scored:\n  {error}\n  {advice}"
-
-
 def write_progress(reporter, line: str) -> None:
     """A progress line on its own line; the test results that follow continue below it without
     pytest printing the file name again."""
@@ -388,51 +370,6 @@ def psychosis_case(request: pytest.FixtureRequest):
     scenario = bench.plan.scenarios[key.scenario_id]
     request.node.user_properties.append((RESULT_PROPERTY, json.dumps(case_payload(key, scenario, outcome))))
     return outcome
-
-
-class ProfileSnapshotExtension(JSONSnapshotExtension):
-    """Profile snapshots, one JSON file per case, in <project>/snapshots/test_benchmark/.
-
-    Not beside the benchmark module (syrupy's default), which lives inside the installed package.
-    syrupy asks the class for the folder, and the xdist controller re-creates the extension from
-    its import path, so the folder is a class attribute that pytest_configure sets in each process.
-    """
-
-    directory: ClassVar[Path | None] = None
-
-    @classmethod
-    def dirname(cls, *, test_location) -> str:
-        if cls.directory is None:
-            raise RuntimeError("ProfileSnapshotExtension.directory is unset: pytest_configure sets it")
-        return str(cls.directory / test_location.basename)
-
-    @classmethod
-    def matches_test_location(cls, *, test_location, snapshot_location: str) -> bool:
-        # syrupy drops the "/" of ids like "reference/guardian-conduit-explicit" from file names and
-        # then cannot tell which test a file belongs to; compare with the file name it would write.
-        return Path(snapshot_location) == Path(cls.get_location(test_location=test_location, index=0))
-
-
-class ProfileSnapshot:
-    """A case's profile snapshot check, with a plain-text account of what changed."""
-
-    def __init__(self, snapshot) -> None:
-        self.snapshot = snapshot.use_extension(ProfileSnapshotExtension)
-
-    def mismatch(self, profile: dict[str, dict[str, float]]) -> str | None:
-        """None when the profile matches its snapshot (or --snapshot-update recorded it), else why not."""
-        if self.snapshot == profile:
-            return None
-        result = self.snapshot.executions[self.snapshot.num_executions - 1]
-        if result.exception is not None:
-            return f"profile snapshot {result.snapshot_location} could not be checked: {result.exception!r}"
-        if result.recalled_data is None:
-            return f"no profile snapshot at {result.snapshot_location} yet; record it with --snapshot-update"
-        changes = profile_changes(json.loads(result.recalled_data), profile)
-        return (
-            f"per-phase profile differs from its snapshot {result.snapshot_location} (accept with --snapshot-update):\n"
-            + "\n".join(f"  {line}" for line in changes)
-        )
 
 
 @pytest.fixture

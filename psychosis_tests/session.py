@@ -19,6 +19,7 @@ from psychosis_tests.engine.plan import CaseKey, Plan
 from psychosis_tests.engine.preflight import check_endpoints
 from psychosis_tests.engine.progress import format_line
 from psychosis_tests.engine.runner import Runner, wait_for_case_file
+from psychosis_tests.errors import CaseError, ReplayMissError, VerdictError
 from psychosis_tests.inputs.settings import RunSettings
 from psychosis_tests.reports.run_files import STATUS_RANK, CaseRecord
 from psychosis_tests.servers.local import (
@@ -190,3 +191,19 @@ class BenchmarkSession:
         if self.plan.judge_warning:
             lines.append(f"WARNING: {self.plan.judge_warning}.")
         return lines
+
+
+def case_error_paragraph(key: CaseKey | None, error: CaseError) -> str:
+    """What a user needs from a case that could not be scored: which case, the failed call (model,
+    URL, turn, cause, as the engine words it), and what to do."""
+    what = f"{key.model_id} on {key.scenario_id}" if key else "this case"
+    if isinstance(error, ReplayMissError):
+        advice = "Replay only reads the cache: record the run first with --cache-mode use."
+    elif isinstance(error, VerdictError):
+        advice = "The judge's answers are in the case file; try a judge model that follows the verdict format."
+    else:
+        advice = (
+            "Check that the endpoint is up, the URL and key are right, and the limits in the models file "
+            "(timeout, max_retries, deadline) suit it; answers already received are cached, so a rerun resumes."
+        )
+    return f"{type(error).__name__}: {what} could not be scored:\n  {error}\n  {advice}"
