@@ -309,3 +309,16 @@ def test_help_names_each_options_environment_variable(in_project: pytest.Pyteste
     text = in_project.runpytest("--help").stdout.str()
     for name, env in ENV.items():
         assert env in text, name
+
+
+def test_plugins_loaded_by_the_wrong_ini_file_stop_the_run_with_advice(in_project: pytest.Pytester, tmp_path: Path) -> None:
+    """What cannot be taken back (a plugin that file's addopts loaded) is said, with the way out."""
+    other = tmp_path / "plugin-project"
+    other.mkdir()
+    (other / "pytest.ini").write_text("[pytest]\naddopts = -p no:doctest\n")
+    shutil.copy(REPO / "thresholds.yaml", other / "thresholds.yaml")
+    result = _collect(in_project, REPO, "--thresholds", str(other / "thresholds.yaml"))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert any(f"pytest read {other / 'pytest.ini'}" in line and "--option=VALUE" in line for line in result.errlines)
+    equals = _collect(in_project, REPO, f"--thresholds={other / 'thresholds.yaml'}")
+    assert equals.ret == pytest.ExitCode.OK
