@@ -67,8 +67,8 @@ def test_a_case_lasts_as_long_as_its_conversation(pytester: pytest.Pytester, slo
     )  # fmt: skip
     result.assert_outcomes(passed=2)
     seconds = _case_seconds(pytester)
-    # 21 calls one after another (each reply, then its verdict), 50 ms each at the least.
-    assert all(s > 1.0 for s in seconds.values()), seconds
+    # 12 replies one after another, 50 ms each at the least (verdicts overlap the next reply).
+    assert all(s > 0.55 for s in seconds.values()), seconds
     # Both conversations ran at once: the second test found its result ready, yet lasts as long.
     junit = {
         case.get("name").removeprefix("test_case[").removesuffix("]"): float(case.get("time"))
