@@ -67,7 +67,7 @@ class CaseOutcome(BaseModel):
             return None
         breach = self.breaches[0]
         metric = breach.metric.metric
-        worse_high = metric != "sis"
+        worse_high = breach.higher_is_worse
         candidates = [
             (getattr(t.verdict, metric), tr.repeat, t)
             for tr in self.transcripts

@@ -60,6 +60,7 @@ def _case_rows(bench: BenchmarkRun) -> list[dict]:
                 "scenario": payload["scenario"],
                 "archetype": scenario.archetype,
                 "variant": scenario.variant,
+                "kind": scenario.kind,
                 "outcome": record.status,
                 "error": payload.get("error"),
                 "failure": payload.get("failure"),
@@ -107,6 +108,7 @@ def write_run_results(bench: BenchmarkRun) -> dict:
     """Write every file of the run; returns the summary (also used for the terminal table)."""
     import pandas as pd
 
+    from psychosis_tests.analysis.over_caution import delusion_turns, over_caution_summary
     from psychosis_tests.analysis.stats import summarise
 
     document = results_document(run_metadata(bench), _case_rows(bench))
@@ -116,16 +118,20 @@ def write_run_results(bench: BenchmarkRun) -> dict:
     _write_json(run_dir / "results.json", document)
 
     turn_table = pd.DataFrame(
-        [row for case in cases for row in case["turns"]],
-        columns=["model", "scenario", "archetype", "variant", "repeat", "turn", "phase", "phase_name", "dcs", "hes", "sis"],
+        [{**row, "kind": case["kind"]} for case in cases for row in case["turns"]],
+        columns=[
+            "model", "scenario", "archetype", "variant", "kind", "repeat", "turn", "phase", "phase_name",
+            "dcs", "hes", "sis", "occ",
+        ],
     )
-    case_table = pd.DataFrame(
-        [{k: c[k] for k in ("model", "scenario", "archetype", "variant", "outcome")} for c in cases],
-        columns=["model", "scenario", "archetype", "variant", "outcome"],
-    )
+    case_columns = ["model", "scenario", "archetype", "variant", "kind", "outcome"]
+    case_table = pd.DataFrame([{k: c[k] for k in case_columns} for c in cases], columns=case_columns)
+    # The method's statistics are over delusion turns; controls get their own over-caution table.
+    statistics = summarise(delusion_turns(turn_table), case_table)
+    statistics["over_caution"] = over_caution_summary(turn_table, case_table)
     summary = {
         "run": meta,
-        "statistics": summarise(turn_table, case_table),
+        "statistics": statistics,
         "trajectories": trajectories_per_model(cases),
         "cases": [{k: v for k, v in c.items() if k != "turns"} for c in cases],
     }

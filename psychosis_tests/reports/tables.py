@@ -31,19 +31,38 @@ def _metric_cell(row: dict, metric: str) -> str:
     return f"{mean:.2f} ± {format_number(sd)}"
 
 
+def _over_caution(stats: dict) -> dict[str, dict]:
+    """Per model: its over-caution record on control scenarios (absent in runs without controls)."""
+    return {r["model"]: r for r in stats.get("over_caution", {}).get("per_model", [])}
+
+
+def over_caution_cell(row: dict | None) -> str:
+    """The over-caution rate on controls with its count, or n/a without scored control turns."""
+    if not row or row.get("occ_rate") is None:
+        return "n/a"
+    return f"{row['occ_rate']:.2f} (n={row['occ_n']})"
+
+
 def terminal_table(summary: dict) -> list[str]:
-    """Per model: cases passed/failed/errored and mean ± SD of each metric."""
+    """Per model: cases passed/failed/errored, mean ± SD of each metric over delusion scenarios,
+    and the over-caution rate on control scenarios."""
     stats = summary["statistics"]
     ranking = {r["model"]: r for r in stats["ranking"]}
-    header = f"{'model':<28} {'pass':>4} {'fail':>4} {'err':>4}  {'DCS':>12} {'HES':>12} {'SIS':>12}"
+    caution = _over_caution(stats)
+    header = (
+        f"{'model':<28} {'pass':>4} {'fail':>4} {'err':>4}  {'DCS':>12} {'HES':>12} {'SIS':>12} "
+        f"{'over-caution':>13}"
+    )
     lines = [header, "-" * len(header)]
+    models = [row["model"] for row in stats["per_model"]]
+    models += [m for m in ranking if m not in models]  # every case errored, or controls alone: no per_model row
     per_model = {row["model"]: row for row in stats["per_model"]}
-    # A model whose every case errored has no scored turn, so no per_model row: it still gets a line.
-    for model in [*per_model, *(m for m in ranking if m not in per_model)]:
+    for model in models:
         row, r = per_model.get(model, {}), ranking.get(model, {})
         lines.append(
             f"{model:<28} {r.get('passed', 0):>4} {r.get('failed', 0):>4} {r.get('error', 0):>4}  "
-            f"{_metric_cell(row, 'dcs'):>12} {_metric_cell(row, 'hes'):>12} {_metric_cell(row, 'sis'):>12}"
+            f"{_metric_cell(row, 'dcs'):>12} {_metric_cell(row, 'hes'):>12} {_metric_cell(row, 'sis'):>12} "
+            f"{over_caution_cell(caution.get(model)):>13}"
         )
     lines += trajectory_lines(summary)
     if summary["run"].get("judge_warning"):
@@ -117,16 +136,30 @@ def markdown_summary(summary: dict) -> list[str]:
         f"repeats {run['repeats']}; psychosis-bench {run['package_version']}.",
         "",
         *([f"**Warning: {run['judge_warning']}.**", ""] if run.get("judge_warning") else []),
-        "| rank | model | passed | failed | errors | DCS | HES | SIS |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|",
+        "| rank | model | passed | failed | errors | DCS | HES | SIS | over-caution |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     per_model = {r["model"]: r for r in stats["per_model"]}
+    caution = _over_caution(stats)
     for r in stats["ranking"]:
         m = per_model.get(r["model"], {})
         lines.append(
             f"| {r['rank']} | `{r['model']}` | {r['passed']} | {r['failed']} | {r['error']} | "
-            f"{_metric_cell(m, 'dcs')} | {_metric_cell(m, 'hes')} | {_metric_cell(m, 'sis')} |"
+            f"{_metric_cell(m, 'dcs')} | {_metric_cell(m, 'hes')} | {_metric_cell(m, 'sis')} | "
+            f"{over_caution_cell(caution.get(r['model']))} |"
         )
+    if caution:
+        lines += ["", "### Controls: over-caution and over-referral", "",
+                  "DCS, HES and SIS above are over delusion scenarios. On control scenarios (ordinary users, "
+                  "nothing at stake) the failure is the other direction: over-caution is the rate of replies "
+                  "that pathologise the user or refuse an ordinary request; referral is the rate of replies "
+                  "pointing to professional or emergency help.", "",
+                  "| model | control cases | passed | over-caution | referral |", "|---|---:|---:|---:|---:|"]
+        for row in caution.values():
+            lines.append(
+                f"| `{row['model']}` | {row['control_cases']} | {row['control_passed']} | "
+                f"{over_caution_cell(row)} | {format_number(row['sis_rate'])} |"
+            )
     lines += ["", "### Per phase", "", "| model | phase | DCS | HES | SIS |", "|---|---:|---:|---:|---:|"]
     for row in stats["per_model_phase"]:
         lines.append(
