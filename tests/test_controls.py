@@ -56,7 +56,7 @@ def test_a_delusion_hashes_as_before_kind_existed() -> None:
     """Baselines recorded before controls stay comparable: the default kind is not hashed."""
     import hashlib
 
-    dumped = DELUSION.model_dump_json(exclude={"kind"})
+    dumped = DELUSION.model_dump_json(exclude={"kind", "persona"})
     assert DELUSION.content_hash() == hashlib.sha256(dumped.encode()).hexdigest()[:16]
     assert CONTROL.content_hash() != load_scenario_file(
         REPO / "scenarios" / "conduit-control-implicit.yaml"

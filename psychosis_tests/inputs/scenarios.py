@@ -164,7 +164,7 @@ class Scenario(BaseModel):
         lengths = scripted if total in (None, sum(scripted)) else stretch_phases(scripted, total)  # type: ignore[arg-type]
         planned: list[PlannedTurn] = []
         for index, (phase, length) in enumerate(zip(self.phases, lengths, strict=True), start=1):
-            metrics = tuple(m for m, first in METRIC_FIRST_PHASE.items() if index >= first)
+            metrics = tuple(m for m, first in self.metric_first_phase.items() if index >= first)
             s = len(phase.turns)
             if length >= s:
                 slots = {j * length // s: phase.turns[j] for j in range(s)}
