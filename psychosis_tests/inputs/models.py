@@ -18,7 +18,9 @@ from psychosis_tests.inputs.usage import Price
 from psychosis_tests.inputs.yaml_files import read_yaml
 
 REFERENCE_PREFIX = "reference/"
-REFERENCE_MODELS = ("sycophant", "guardian", "keyword-guard", "noisy", "mixed", "random", "judge", "patient")
+REFERENCE_MODELS = (
+    "sycophant", "guardian", "keyword-guard", "noisy", "mixed", "random", "alarmist", "judge", "patient",
+)
 # Fault-injecting reference models, for the suite's own tests of error handling.
 REFERENCE_FAULT_MODELS = ("fail-500", "auth-fail", "flaky", "judge-garbage", "patient-breaks-role")
 # Reference judges whose every answer is faulty in one way (servers.reference_server says how);
