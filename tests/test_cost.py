@@ -57,7 +57,7 @@ def test_cost_prices_prompt_cached_and_completion_tokens_apart() -> None:
 
 def test_estimate_is_within_25_percent_of_what_the_run_reports(pytester: pytest.Pytester) -> None:
     selection = ("--model", "reference/keyword-guard", "--model", "reference/sycophant", "--judge", "reference/judge",
-                 "-k", "conduit or medical or sweetheart")
+                 "-k", "(conduit or medical or sweetheart) and not control")
     estimated = run(pytester, *selection, "--estimate")
     assert estimated.ret == pytest.ExitCode.OK
     assert not (pytester.path / "reports").exists()  # nothing ran, no run folder
@@ -92,7 +92,7 @@ def test_estimate_calls_no_model(pytester: pytest.Pytester, loopback: ReferenceS
         {"id": "counted", "model": "guardian", "base_url": loopback.url, "price": {"input_per_mtok": 3, "output_per_mtok": 15}},
     ]}), encoding="utf-8")
     before = loopback.request_count
-    result = run(pytester, f"--models-file={models}", "--model", "counted", "--judge", "reference/judge", "--estimate")
+    result = run(pytester, f"--models-file={models}", "--model", "counted", "--judge", "reference/judge", "-k", "not control", "--estimate")
     assert result.ret == pytest.ExitCode.OK
     assert loopback.request_count == before
     result.stdout.fnmatch_lines(["psychosis-bench estimate: 16 case(s), 16 conversation(s), no model called",
@@ -109,7 +109,7 @@ def test_max_cost_stops_new_conversations_and_errors_them(pytester: pytest.Pytes
     ]}), encoding="utf-8")
     before = loopback.request_count
     result = run(pytester, f"--models-file={models}", "--model", "priced", "--judge", "reference/judge",
-                 "-k", "conduit or medical", "--max-cost=0.05")
+                 "-k", "(conduit or medical) and not control", "--max-cost=0.05")
     result.assert_outcomes(passed=1, errors=3)
     assert loopback.request_count - before == 12  # the one conversation that started, every turn of it
     result.stdout.fnmatch_lines(["*not started: the run has spent $0.*, more than --max-cost $0.05*"])

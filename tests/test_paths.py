@@ -131,10 +131,10 @@ def test_every_path_option_in_every_form(
     result = _collect(in_project, cwd, *given)
     assert result.ret == pytest.ExitCode.OK, result.outlines + result.errlines
     result.stdout.fnmatch_lines([f"*{HEADER[option].format(target)}*", f"rootdir: {REPO}", "configfile: pyproject.toml"])
-    expected_cases = 2 if option == "--scenarios" else 16
+    expected_cases = 2 if option == "--scenarios" else 32
     assert len([line for line in result.outlines if "<Function test_case[" in line]) == expected_cases
     if option != "--scenarios":
-        assert f"scenarios {REPO / 'scenarios'} (16)" in result.stdout.str()
+        assert f"scenarios {REPO / 'scenarios'} (32)" in result.stdout.str()
 
 
 def test_defaults_resolve_in_the_project_from_a_sub_folder(in_project: pytest.Pytester) -> None:
@@ -143,7 +143,7 @@ def test_defaults_resolve_in_the_project_from_a_sub_folder(in_project: pytest.Py
     result.stdout.fnmatch_lines(
         [
             f"*cache use ({REPO / 'reports' / 'cache.sqlite3'})",
-            f"scenarios {REPO / 'scenarios'} (16); thresholds {REPO / 'thresholds.yaml'}; "
+            f"scenarios {REPO / 'scenarios'} (32); thresholds {REPO / 'thresholds.yaml'}; "
             f"models file {REPO / 'models.yaml'}; reports {REPO / 'reports'}/*",
         ]
     )
@@ -153,7 +153,7 @@ def test_the_collect_only_line_with_a_space_and_a_path_outside(outside: Path) ->
     """The line the project's hooks run: a space, a path outside, from the project's top."""
     result = _run(REPO, "--collect-only", "-q", *REFERENCE, "--thresholds", str(outside / "thresholds.yaml"))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "16 tests collected" in result.stdout
+    assert "32 tests collected" in result.stdout
     assert "Warning" not in result.stdout + result.stderr  # pytest-asyncio's is gone: the ini file was read
 
 
@@ -172,7 +172,7 @@ def test_a_run_with_every_path_outside_given_with_spaces(outside: Path, tmp_path
         "--report-dir", str(tmp_path / "reports"),
         "--cache-path", str(tmp_path / "cache.sqlite3"),
         "--baseline", str(outside / "previous-run"),
-        "--force-baseline",  # recorded on all 16 scenarios, compared on 2
+        "--force-baseline",  # recorded on all 32 scenarios, compared on 2
         "--alluredir", str(tmp_path / "allure"),
         "--junitxml", str(tmp_path / "junit.xml"),
     )  # fmt: skip

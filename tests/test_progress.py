@@ -56,7 +56,7 @@ def test_progress_lines_do_not_make_pytest_repeat_the_file_name(
         str(psychosis_tests.plugin.BENCHMARK_MODULE),
         "-p", "no:cacheprovider",
         f"--models-file={models}", "--model", "slow", "--judge", "slow-judge",
-        "-k", "conduit or turing",
+        "-k", "(conduit or turing) and not control",
         "--progress-interval", "0.1",
         f"--report-dir={pytester.path / 'reports'}",
         f"--scenarios={REPO / 'scenarios'}",

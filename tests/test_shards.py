@@ -91,12 +91,12 @@ def runs(pytester: pytest.Pytester) -> Runs:
 
 
 def test_four_shards_merged_equal_the_run_in_one_job(runs: Runs, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    one_job, whole = runs.run(*REFERENCE_RUN, "-rA")
+    one_job, whole = runs.run(*REFERENCE_RUN, "-k", "not control", "-rA")
     one_job.assert_outcomes(passed=8, failed=8)
     shard_dirs = []
     collected = []
     for k in range(1, 5):
-        result, run_dir = runs.run(*REFERENCE_RUN, f"--shard={k}/4", "-rA")
+        result, run_dir = runs.run(*REFERENCE_RUN, "-k", "not control", f"--shard={k}/4", "-rA")
         outcomes = result.parseoutcomes()
         collected.append(outcomes.get("passed", 0) + outcomes.get("failed", 0))
         assert json.loads((run_dir / "results.json").read_text())["run"]["shard"] == {"index": k, "count": 4}
@@ -112,8 +112,8 @@ def test_four_shards_merged_equal_the_run_in_one_job(runs: Runs, tmp_path: Path,
 def test_merge_recomputes_the_baseline_comparison(runs: Runs, tmp_path: Path) -> None:
     """Shards run without a baseline, merged with --baseline, compare exactly as the one job run
     with it: the merge scores the pooled verdicts itself rather than copying the shards' verdicts."""
-    _, baseline = runs.run("--model", "reference/guardian", "--judge", "reference/judge", "-k", "conduit or sweetheart")
-    args = (*REFERENCE_RUN, "-k", "conduit or sweetheart")
+    _, baseline = runs.run("--model", "reference/guardian", "--judge", "reference/judge", "-k", "(conduit or sweetheart) and not control")
+    args = (*REFERENCE_RUN, "-k", "(conduit or sweetheart) and not control")
     _, whole = runs.run(*args, f"--baseline={baseline}")
     shard_dirs = [runs.run(*args, f"--shard={k}/2")[1] for k in (1, 2)]
     assert not any(c["regressions"] for d in shard_dirs for c in comparable(d)[1])
@@ -124,7 +124,7 @@ def test_merge_recomputes_the_baseline_comparison(runs: Runs, tmp_path: Path) ->
 
 
 def test_missing_duplicated_and_foreign_shards_are_refused(runs: Runs, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    args = ("--model", "reference/guardian", "--judge", "reference/judge", "-k", "conduit")
+    args = ("--model", "reference/guardian", "--judge", "reference/judge", "-k", "conduit and not control")
     first, second = (runs.run(*args, f"--shard={k}/2")[1] for k in (1, 2))
 
     assert merge(first, out=tmp_path / "a") == 2
@@ -186,7 +186,7 @@ def test_a_shard_calls_models_for_its_own_cases_only(runs: Runs, loopback: Refer
         before = loopback.request_count
         result, run_dir = runs.run(
             f"--models-file={models}", "--model", "counted", "--judge", "counted-judge",
-            "-k", "conduit or medical or secret", f"--shard={k}/3", "--cache-mode=off", "-rA", *xdist,
+            "-k", "(conduit or medical or secret) and not control", f"--shard={k}/3", "--cache-mode=off", "-rA", *xdist,
             plugins=(StartedAtSessionStart(),),
         )
         ids = [c["scenario"] for c in json.loads((run_dir / "results.json").read_text())["cases"]]
@@ -195,11 +195,13 @@ def test_a_shard_calls_models_for_its_own_cases_only(runs: Runs, loopback: Refer
         calls = sum(len(scenarios[s].turns) + scenarios[s].judged_turns for s in ids)
         assert loopback.request_count - before == calls
         mine += ids
-    assert sorted(mine) == sorted(s for s in scenarios if s.split("-")[0] in ("conduit", "medical", "secret"))
+    assert sorted(mine) == sorted(
+        s for s, sc in scenarios.items() if s.split("-")[0] in ("conduit", "medical", "secret") and sc.kind != "control"
+    )
 
 
 def test_merge_writes_one_allure_folder_with_one_summary(runs: Runs, tmp_path: Path) -> None:
-    args = ("--model", "reference/guardian", "--judge", "reference/judge", "-k", "conduit")
+    args = ("--model", "reference/guardian", "--judge", "reference/judge", "-k", "conduit and not control")
     shard_dirs, allure_dirs = [], []
     for k in (1, 2):
         allure = tmp_path / f"allure-{k}"
