@@ -303,7 +303,7 @@ def test_runner_replays_a_recorded_run_without_any_server_and_off_keeps_no_cache
     def run(mode: str, cache_path: Path) -> tuple[Runner, Any]:
         settings = RunSettings(
             targets=["reference/keyword-guard"],
-            judge="reference/judge",
+            judges=["reference/judge"],
             models_file=tmp_path / "absent.yaml",
             models_file_given=False,
             scenarios=scenarios,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
-from psychosis_tests.engine.judge import judge_reply
+from psychosis_tests.engine.panel import JudgePanel, PanelVerdict, Vote
 from psychosis_tests.inputs.models import ModelSpec
 from psychosis_tests.inputs.rubric import Verdict
 from psychosis_tests.inputs.scenarios import Scenario
@@ -35,7 +35,9 @@ class Turn(BaseModel):
     metrics: list[str]
     """Metrics scored on this turn."""
     verdict: Verdict | None = None
-    """The judge's scores; None on unscored turns."""
+    """The judge's scores (a panel's combined scores); None on unscored turns."""
+    votes: list[Vote] | None = None
+    """With a judge panel, every judge's own verdict or failure; None with one judge."""
 
 
 class Transcript(BaseModel):
@@ -54,20 +56,22 @@ class Transcript(BaseModel):
 async def run_conversation(
     provider: Provider,
     target: ModelSpec,
-    judge: ModelSpec,
+    judge: ModelSpec | JudgePanel,
     scenario: Scenario,
     *,
     repeat: int = 0,
     priority: int = 0,
 ) -> Transcript:
     """Play every scripted turn, judge every scored reply; the first failed call fails it all.
-    Calls of a lower `priority` go first when an endpoint is at its cap."""
+    Calls of a lower `priority` go first when an endpoint is at its cap. A panel of judges scores
+    each reply together (engine.panel)."""
+    panel = judge if isinstance(judge, JudgePanel) else JudgePanel((judge,))
     messages: list[dict[str, str]] = []
     system = target.params.system_prompt
     if system:
         messages.append({"role": "system", "content": system})
     turns: list[Turn] = []
-    judging: list[asyncio.Task[tuple[Verdict, str]]] = []
+    judging: list[asyncio.Task[PanelVerdict]] = []
     version = ""
     phases = scenario.phase_of_turn()
     try:
@@ -98,8 +102,8 @@ async def run_conversation(
                 shown = [m for m in messages if m["role"] != "system"]
                 judging.append(
                     asyncio.create_task(
-                        judge_reply(
-                            provider, judge, shown, metrics, scenario.judge_harm,
+                        panel.score(
+                            provider, shown, metrics, scenario.judge_harm,
                             call_label=label, repeat=repeat, priority=priority,
                         ),
                         name=label,
@@ -113,14 +117,17 @@ async def run_conversation(
         raise
     judge_version = ""
     scored = [t for t in turns if t.metrics]
-    for turn, (verdict, judge_version) in zip(scored, verdicts, strict=True):
-        turn.verdict = verdict
+    for turn, scored_by in zip(scored, verdicts, strict=True):
+        turn.verdict = scored_by.verdict
+        judge_version = scored_by.judge_version
+        if len(panel.judges) > 1:
+            turn.votes = list(scored_by.votes)
     return Transcript(
         model_id=target.id,
         scenario_id=scenario.id,
         repeat=repeat,
         model_version=version,
-        judge_id=judge.id,
+        judge_id=panel.id,
         judge_version=judge_version,
         turns=turns,
     )

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from psychosis_tests.engine.panel import JudgePanel
+from psychosis_tests.inputs.judge_identity import JudgeFingerprint, judge_fingerprint
 from psychosis_tests.inputs.models import ModelSpec, load_models_file, select
 from psychosis_tests.inputs.results_file import Baseline, check_compatible
 from psychosis_tests.inputs.scenarios import Scenario, load_scenarios, scenario_set_hash
@@ -40,7 +42,8 @@ class Plan:
 
     settings: RunSettings
     targets: list[ModelSpec]
-    judge: ModelSpec
+    panel: JudgePanel
+    """The judge, or the panel of judges, that scores every reply."""
     scenarios: dict[str, Scenario]
     thresholds: Thresholds
     baseline: Baseline | None = None
@@ -53,20 +56,20 @@ class Plan:
         """Read and check every input; raises ConfigError subclasses naming file and field."""
         registry = load_models_file(settings.models_file, required=settings.models_file_given)
         targets = select(registry, settings.targets, models_file=settings.models_file)
-        (judge,) = select(registry, [settings.judge], models_file=settings.models_file)
-        for spec in (*targets, judge):
+        judges = select(registry, settings.judges, models_file=settings.models_file)
+        for spec in (*targets, *judges):
             spec.api_key()  # a missing key variable stops the run here, not mid-conversation
         scenarios = {s.id: s for s in load_scenarios(settings.scenarios)}
         thresholds = load_thresholds(settings.thresholds, scenario_ids=set(scenarios))
-        plan = cls(settings, targets, judge, scenarios, thresholds)
+        plan = cls(settings, targets, JudgePanel(tuple(judges)), scenarios, thresholds)
         if settings.baseline is not None:
             plan.baseline = Baseline.load(settings.baseline)
             plan.baseline_mismatches = tuple(
                 check_compatible(
                     plan.baseline,
                     scenario_set_hash=scenario_set_hash(list(scenarios.values())),
-                    judge=judge.id,
-                    judge_model=judge.model,
+                    judge=plan.panel.id,
+                    judge_model=plan.judge_model,
                     force=settings.force_baseline,
                 )
             )
@@ -76,21 +79,31 @@ class Plan:
         return [CaseKey(t.id, s) for t in self.targets for s in sorted(self.scenarios)]
 
     def specs_served_by_suite(self, kind: str) -> list[ModelSpec]:
-        unique = {s.id: s for s in (*self.targets, self.judge)}
+        unique = {s.id: s for s in (*self.targets, *self.panel.judges)}
         return [s for s in unique.values() if s.served_by_suite == kind]
 
     @property
     def judge_warning(self) -> str | None:
         """Said in the header and every report when the judge is the embedded toy model."""
-        serving = self.judge.serve_local
-        return EMBEDDED_JUDGE_WARNING if serving is not None and serving.gguf is None else None
+        embedded = [j for j in self.panel.judges if j.serve_local is not None and j.serve_local.gguf is None]
+        return EMBEDDED_JUDGE_WARNING if embedded else None
+
+    @property
+    def judge_model(self) -> str:
+        """The model name(s) the judge ids are sent as (`+`-joined for a panel)."""
+        return "+".join(j.model for j in self.panel.judges)
+
+    def judge_fingerprint(self) -> JudgeFingerprint:
+        """What makes this judging reproducible; a calibration result applies only to the same one."""
+        return judge_fingerprint(self.panel.judges)
 
     def metadata(self) -> dict:
         """What a later run needs to know to compare against this one."""
         return {
             "targets": [t.id for t in self.targets],
-            "judge": self.judge.id,
-            "judge_model": self.judge.model,
+            "judge": self.panel.id,
+            "judge_model": self.judge_model,
+            "judge_fingerprint": self.judge_fingerprint().model_dump(mode="json"),
             "judge_warning": self.judge_warning,
             "scenario_set_hash": scenario_set_hash(list(self.scenarios.values())),
             "thresholds_hash": file_hash(self.settings.thresholds),

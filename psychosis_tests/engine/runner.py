@@ -160,7 +160,7 @@ class Runner:
         scenario = plan.scenarios[key.scenario_id]
         tasks = [
             asyncio.ensure_future(
-                run_conversation(self.provider, target, plan.judge, scenario, repeat=r, priority=priority)
+                run_conversation(self.provider, target, plan.panel, scenario, repeat=r, priority=priority)
             )
             for r in range(plan.settings.repeats)
         ]

@@ -2,7 +2,7 @@
 
 The environment lets CI pick models without editing files:
     PSYCHOSIS_MODELS        comma-separated target model ids
-    PSYCHOSIS_JUDGE         the judge model id
+    PSYCHOSIS_JUDGE         the judge model id (comma-separated ids: a judge panel)
     PSYCHOSIS_MODELS_FILE   path of the models file
     PSYCHOSIS_CACHE_MODE    use | refresh | off | replay
     PSYCHOSIS_REPEATS       conversations per case
@@ -36,8 +36,8 @@ class RunSettings(BaseModel):
 
     targets: list[str] = Field(min_length=1)
     """Target model ids."""
-    judge: str
-    """Judge model id."""
+    judges: list[str] = Field(min_length=1)
+    """Judge model ids: one judge, or a panel that votes (median DCS/HES, majority SIS)."""
     models_file: Path
     models_file_given: bool
     """Whether the user named the models file (then it must exist)."""
@@ -49,6 +49,13 @@ class RunSettings(BaseModel):
     repeats: int = Field(default=1, ge=1, le=100)
     baseline: Path | None = None
     force_baseline: bool = False
+    require_calibrated_judge: bool = False
+    """Refuse to run unless a passing calibration result for this judge's fingerprint exists."""
+
+    @property
+    def judge(self) -> str:
+        """The judges as one id (`A+B+C` for a panel)."""
+        return "+".join(self.judges)
 
 
 def _default_judge(targets: list[str]) -> str:
@@ -84,8 +91,11 @@ def resolve(
     if isinstance(targets, str):
         targets = [t.strip() for t in targets.split(",") if t.strip()]
     targets = list(dict.fromkeys(targets or [LOCAL_ID]))
-    judge = str(pick("judge", ENV_JUDGE) or _default_judge(targets))
-    if not judge:
+    judge_value = pick("judge", ENV_JUDGE)
+    if isinstance(judge_value, str):
+        judge_value = [j.strip() for j in judge_value.split(",") if j.strip()]
+    judges = list(dict.fromkeys(judge_value or [])) or [j for j in [_default_judge(targets)] if j]
+    if not judges:
         raise ConfigError(
             f"no judge model: pass --judge ID or set {ENV_JUDGE} "
             f"(a judge is chosen for you only when the targets are the default {LOCAL_ID!r} "
@@ -107,7 +117,7 @@ def resolve(
     baseline = pick("baseline")
     return RunSettings(
         targets=targets,
-        judge=judge,
+        judges=judges,
         models_file=path(models_file_value, root / "models.yaml"),
         models_file_given=models_file_value not in (None, ""),
         scenarios=path(pick("scenarios"), root / "scenarios"),
@@ -118,4 +128,5 @@ def resolve(
         repeats=repeats,
         baseline=path(baseline, Path()) if baseline else None,
         force_baseline=bool(get("force_baseline")),
+        require_calibrated_judge=bool(get("require_calibrated_judge")),
     )

@@ -66,7 +66,7 @@ def _case_rows(bench: BenchmarkRun) -> list[dict]:
                 "improvements": payload.get("improvements", []),
                 "comparisons": payload.get("comparisons", []),
                 "model_versions": payload.get("model_versions", []),
-                "judge": bench.plan.judge.id,
+                "judge": bench.plan.panel.id,
                 "judge_versions": payload.get("judge_versions", []),
                 "scenario_hash": scenario.content_hash(),
                 "repeats": bench.plan.settings.repeats,

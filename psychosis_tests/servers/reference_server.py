@@ -32,7 +32,7 @@ from pydantic import BaseModel, Field, ValidationError
 from psychosis_tests.inputs.method import METRICS
 from psychosis_tests.inputs.models import REFERENCE_PREFIX
 from psychosis_tests.inputs.rubric import read_judge_request
-from psychosis_tests.servers.reference_judge import score_reply
+from psychosis_tests.servers.reference_judge import JUDGE_STYLES, score_reply
 from psychosis_tests.servers.reference_models import (
     _TARGETS,
     SYSTEM_FINGERPRINT,
@@ -99,7 +99,7 @@ class _APIError(Exception):
         return {"error": {"message": self.message, "type": self.type, "code": self.code}}
 
 
-def _judge(messages: list[dict[str, str]]) -> str:
+def _judge(messages: list[dict[str, str]], style: str = "judge") -> str:
     try:
         request = read_judge_request(messages)
     except ValueError as exc:
@@ -111,7 +111,7 @@ def _judge(messages: list[dict[str, str]]) -> str:
         ) from exc
     if not request.metrics:
         raise _APIError(400, f"the judge request asks for no metric; expected some of {', '.join(METRICS)}")
-    verdict = score_reply(request.conversation[-1].get("content", ""), request.metrics)
+    verdict = score_reply(request.conversation[-1].get("content", ""), request.metrics, style)
     return json.dumps(verdict, ensure_ascii=False)
 
 
@@ -120,7 +120,7 @@ JUDGE_GARBAGE_REPLY = "Well, that reply looked fine to me overall, I suppose, th
 
 
 _FAULT_NAMES = ("fail-500", "auth-fail", "flaky", "judge-garbage")
-SERVED_MODELS: tuple[str, ...] = (*_TARGETS, "judge", *_FAULT_NAMES)
+SERVED_MODELS: tuple[str, ...] = (*_TARGETS, *JUDGE_STYLES, *_FAULT_NAMES)
 """Every model name the server answers (send it bare or with the "reference/" prefix)."""
 
 
@@ -315,8 +315,8 @@ class _Handler(BaseHTTPRequestHandler):
                     503, "overloaded (reference model flaky, second attempt)", type_="server_error"
                 )
             name = "guardian"
-        if name == "judge":
-            return _judge(messages)
+        if name in JUDGE_STYLES:
+            return _judge(messages, name)
         if name == "judge-garbage":
             return JUDGE_GARBAGE_REPLY
         users = [m["content"] for m in messages if m["role"] == "user"]
