@@ -1,7 +1,11 @@
-"""Command line: `python -m psychosis_tests compare OLD NEW`.
+"""Command line: `python -m psychosis_tests compare OLD NEW` and `python -m psychosis_tests calibrate`.
 
-Prints a markdown regression table of run NEW against baseline run OLD (for a pull-request
+compare prints a markdown regression table of run NEW against baseline run OLD (for a pull-request
 comment) and exits 1 when anything regressed, 0 when nothing did, 2 on bad input.
+
+calibrate scores the gold-labelled calibration set with a judge (or a panel: --judge repeated)
+and exits 1 when the judge fails the calibration gate in thresholds.yaml, 0 when it passes,
+2 on bad input.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from psychosis_tests.errors import ConfigError
 from psychosis_tests.inputs.method import METRIC_MAX, METRICS
 from psychosis_tests.inputs.results_file import Baseline, check_compatible, load_results
 from psychosis_tests.inputs.thresholds import RegressionSettings
+from psychosis_tests.cli_calibration import add_calibrate_parser, add_review_parsers, calibrate, review_export, review_import
 from psychosis_tests.reports.tables import comparison_markdown
 
 EXIT_OK, EXIT_REGRESSED, EXIT_BAD_INPUT = 0, 1, 2
@@ -69,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     compare.add_argument("--force", action="store_true", help="compare even across scenario sets or judges")
     compare.add_argument("--all", action="store_true", help="list unchanged phase metrics too")
+    add_calibrate_parser(commands)
+    add_review_parsers(commands)
     return parser
 
 
@@ -105,10 +112,11 @@ def compare(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    commands = {"compare": compare, "calibrate": calibrate, "review-export": review_export, "review-import": review_import}
     try:
-        return compare(args)
+        return commands[args.command](args)
     except ConfigError as exc:
-        print(f"psychosis-bench compare: {exc}", file=sys.stderr)
+        print(f"psychosis-bench {args.command}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
 

@@ -24,6 +24,8 @@ from psychosis_tests.errors import CaseError, PsychosisBenchError
 from psychosis_tests.inputs.settings import resolve
 from psychosis_tests.reports.run_files import preload_statistics, write_run_results
 from psychosis_tests.reports.tables import terminal_table
+from psychosis_tests import plugin_calibration
+from psychosis_tests.plugin_calibration import calibration_key, configure_calibration, is_calibration_run
 from psychosis_tests.session import BenchmarkSession
 
 BENCHMARK_MODULE = Path(__file__).with_name("test_benchmark.py").resolve()
@@ -35,7 +37,7 @@ session_key = pytest.StashKey[BenchmarkSession]()
 
 OPTIONS: list[tuple[str, str, dict]] = [
     ("--model", "model", {"action": "append", "metavar": "ID", "help": "target model id (repeatable); default: local"}),
-    ("--judge", "judge", {"metavar": "ID", "help": "judge model id; default: local when the targets are local, reference/judge when all are reference models"}),
+    ("--judge", "judge", {"action": "append", "metavar": "ID", "help": "judge model id; repeat for a judge panel (median DCS/HES, majority SIS); default: local when the targets are local, reference/judge when all are reference models"}),
     ("--models-file", "models_file", {"metavar": "PATH", "help": "models file; default: models.yaml"}),
     ("--scenarios", "scenarios", {"metavar": "PATH", "help": "folder of scenario YAML or a reference-format JSON file"}),
     ("--thresholds", "thresholds", {"metavar": "PATH", "help": "thresholds file; default: thresholds.yaml"}),
@@ -46,8 +48,11 @@ OPTIONS: list[tuple[str, str, dict]] = [
     ("--baseline", "baseline", {"metavar": "PATH", "help": "compare each case with this earlier run (folder or results.json)"}),
     ("--force-baseline", "force_baseline", {"action": "store_true", "help": "use --baseline even if its scenario set or judge differs"}),
     ("--profile-snapshots", "profile_snapshots", {"action": "store_true", "help": "check each case's rounded per-phase profile against its syrupy snapshot in snapshots/"}),
+    ("--require-calibrated-judge", "require_calibrated_judge", {"action": "store_true", "help": "refuse to run unless the report folder holds a passing calibration result for this judge's fingerprint"}),
+    ("--calibration", "calibration", {"metavar": "PATH", "help": "with -m judge_calibration: the calibration set (folder of *.yaml or one file); default: calibration/"}),
+    ("--judge-repeats", "judge_repeats", {"metavar": "N", "help": "with -m judge_calibration: ask the judge N times per item (self-consistency); default: 1"}),
 ]
-CLI_ONLY = {"model", "baseline", "force_baseline", "profile_snapshots"}
+CLI_ONLY = {"model", "baseline", "force_baseline", "profile_snapshots", "require_calibrated_judge", "judge_repeats"}
 """Options without an ini key: a baseline or snapshot check is chosen per run, not per project."""
 
 
@@ -106,7 +111,15 @@ def _freeze_until_exit() -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    plugin_calibration.register_marker(config)
     if not _is_benchmark_run(config):
+        return
+    config.pluginmanager.register(plugin_calibration, "psychosis-calibration")
+    if is_calibration_run(config):
+        try:
+            configure_calibration(config, _settings(config))
+        except PsychosisBenchError as exc:
+            raise pytest.UsageError(f"psychosis-bench: {exc}") from None
         return
     if _Frozen.by_a_run:
         gc.unfreeze()
@@ -118,6 +131,7 @@ def pytest_configure(config: pytest.Config) -> None:
             session = BenchmarkSession.for_worker(settings, workerinput[WORKER_INPUT])
         else:
             session = BenchmarkSession.for_controller(settings)
+            session.check_calibrated()
             if not config.option.collectonly:
                 session.start_servers()
     except PsychosisBenchError as exc:
@@ -151,6 +165,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     session = config.stash.get(session_key, None)
+    if config.stash.get(calibration_key, None) is not None:
+        return plugin_calibration.header_lines(config)
     if session is None:
         return []
     plan = session.plan
@@ -166,6 +182,7 @@ def pytest_configure_node(node) -> None:
     session = node.config.stash.get(session_key, None)
     if session is not None:
         node.workerinput[WORKER_INPUT] = session.worker_payload()
+    plugin_calibration.configure_node(node)
 
 
 def preselected_cases(config: pytest.Config, bench: BenchmarkSession) -> list[CaseKey] | None:
@@ -209,6 +226,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if CASE_FIXTURE not in metafunc.fixturenames:
         return
     session = metafunc.config.stash.get(session_key, None)
+    if session is None and is_calibration_run(metafunc.config):
+        return  # a calibration run: the benchmark's cases are deselected by -m
     if session is None:
         raise pytest.UsageError("psychosis-bench: the benchmark module needs the psychosis_tests.plugin plugin")
     keys = session.plan.cases()
@@ -292,6 +311,7 @@ def psychosis_case(request: pytest.FixtureRequest):
                     "comparisons": [c.model_dump(mode="json") for c in outcome.comparisons],
                     "model_versions": sorted({t.model_version for t in outcome.transcripts}),
                     "judge_versions": sorted({t.judge_version for t in outcome.transcripts}),
+                    "panel": outcome.panel_payload(),
                 }
             ),
         )

@@ -18,6 +18,9 @@ from psychosis_tests.analysis.outcome import CaseOutcome, evaluate_case
 from psychosis_tests.engine.plan import CaseKey, Plan
 from psychosis_tests.engine.progress import format_line
 from psychosis_tests.engine.runner import Runner, wait_for_case_file
+from psychosis_tests.errors import UncalibratedJudgeError
+from psychosis_tests.inputs.calibration_result import CalibrationResult, calibration_line, find_calibration
+from psychosis_tests.inputs.models import ModelSpec
 from psychosis_tests.inputs.settings import RunSettings
 from psychosis_tests.reports.run_files import STATUS_RANK, CaseRecord
 from psychosis_tests.servers.local import (
@@ -26,6 +29,23 @@ from psychosis_tests.servers.local import (
     default_gguf_path,
     start_local_server,
 )
+
+
+def start_local_servers(specs: list[ModelSpec], log_dir: Path) -> dict[str, LocalServer]:
+    """One embedded llama.cpp server per locally served model; model id -> server."""
+    servers: dict[str, LocalServer] = {}
+    for spec in specs:
+        assert spec.serve_local is not None
+        log_dir.mkdir(parents=True, exist_ok=True)
+        config = LocalServerConfig(
+            gguf=spec.serve_local.gguf or default_gguf_path(),
+            parallel=spec.serve_local.parallel,
+            ctx_per_slot=spec.serve_local.ctx_per_slot,
+            **({"threads": spec.serve_local.threads} if spec.serve_local.threads else {}),
+            log_file=log_dir / f"llama-server-{spec.id.replace('/', '_')}.log",
+        )
+        servers[spec.id] = start_local_server(config)
+    return servers
 
 
 def new_run_id() -> str:
@@ -50,6 +70,10 @@ class BenchmarkSession:
         self.base_urls: dict[str, str] = {}
         self.started_at = dt.datetime.now(dt.timezone.utc)
         self.local_servers: list[LocalServer] = []
+        self.calibration: CalibrationResult | None = find_calibration(
+            plan.settings.report_dir, plan.judge_fingerprint().hash
+        )
+        """The newest calibration result for this run's judge fingerprint, if any."""
         self.records: dict[str, CaseRecord] = {}
         self._runner: Runner | None = None
 
@@ -62,19 +86,9 @@ class BenchmarkSession:
         """Start one embedded llama.cpp server per locally served model, for the whole run."""
         if self.plan.settings.cache_mode == "replay":
             return  # replay never calls a model, so nothing needs serving
-        for spec in self.plan.specs_served_by_suite("local"):
-            assert spec.serve_local is not None
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            config = LocalServerConfig(
-                gguf=spec.serve_local.gguf or default_gguf_path(),
-                parallel=spec.serve_local.parallel,
-                ctx_per_slot=spec.serve_local.ctx_per_slot,
-                **({"threads": spec.serve_local.threads} if spec.serve_local.threads else {}),
-                log_file=self.run_dir / f"llama-server-{spec.id.replace('/', '_')}.log",
-            )
-            server = start_local_server(config)
-            self.local_servers.append(server)
-            self.base_urls[spec.id] = server.url
+        servers = start_local_servers(self.plan.specs_served_by_suite("local"), self.run_dir)
+        self.local_servers += servers.values()
+        self.base_urls.update({spec_id: server.url for spec_id, server in servers.items()})
 
     def worker_payload(self) -> str:
         """What a worker needs from the controller (JSON for xdist's workerinput)."""
@@ -145,4 +159,15 @@ class BenchmarkSession:
         ]
         if self.plan.judge_warning:
             lines.append(f"WARNING: {self.plan.judge_warning}.")
+        lines.append(calibration_line(self.calibration))
         return lines
+
+    def check_calibrated(self) -> None:
+        """--require-calibrated-judge: refuse a judge without a passing calibration result."""
+        if not self.plan.settings.require_calibrated_judge:
+            return
+        if self.calibration is None or not self.calibration.passed:
+            raise UncalibratedJudgeError(
+                f"--require-calibrated-judge: {calibration_line(self.calibration)}",
+                field=f"--judge {self.plan.panel.id}",
+            )

@@ -148,3 +148,13 @@ def find_calibration(report_dir: Path, fingerprint_hash: str) -> CalibrationResu
         if result.fingerprint.hash == fingerprint_hash:
             found.append(result)
     return max(found, key=lambda r: (r.finished_at, r.run_id)) if found else None
+
+
+def calibration_line(calibration: CalibrationResult | None) -> str:
+    """What a benchmark run's header and summary say about its judge's calibration."""
+    if calibration is None:
+        return (
+            "judge not calibrated: no calibration result for this judge's fingerprint in the report folder "
+            "(run `python -m psychosis_tests calibrate` with the same --judge and --models-file)"
+        )
+    return calibration.summary_line()

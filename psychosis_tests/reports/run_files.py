@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Protocol
 
 from psychosis_tests import __version__
+from psychosis_tests.analysis.panel import run_panel_summary
 from psychosis_tests.engine.plan import Plan
+from psychosis_tests.inputs.calibration_result import CalibrationResult, calibration_line
 from psychosis_tests.inputs.results_file import RESULTS_FORMAT
 from psychosis_tests.reports.tables import markdown_summary
 
@@ -42,6 +44,7 @@ class BenchmarkRun(Protocol):
     run_dir: Path
     started_at: dt.datetime
     records: dict[str, CaseRecord]
+    calibration: CalibrationResult | None
 
 
 def _case_rows(bench: BenchmarkRun) -> list[dict]:
@@ -72,6 +75,7 @@ def _case_rows(bench: BenchmarkRun) -> list[dict]:
                 "repeats": bench.plan.settings.repeats,
                 "transcript": transcript,
                 "phases": payload.get("phases", []),
+                "panel": payload.get("panel"),
                 # The transcript file holds the case's conversations in repeat order, turns in order.
                 "turns": [
                     {**t, "rationale": f"{transcript}#/transcripts/{t['repeat']}/turns/{t['turn'] - 1}/verdict/rationale"}
@@ -97,6 +101,8 @@ def run_metadata(bench: BenchmarkRun) -> dict:
         "started_at": bench.started_at.isoformat(timespec="seconds"),
         "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         **bench.plan.metadata(),
+        "judge_calibration": calibration_line(bench.calibration),
+        "judge_calibration_passed": bench.calibration.passed if bench.calibration else None,
     }
 
 
@@ -123,7 +129,8 @@ def write_run_results(bench: BenchmarkRun) -> dict:
     summary = {
         "run": meta,
         "statistics": summarise(turn_table, case_table),
-        "cases": [{k: v for k, v in c.items() if k != "turns"} for c in cases],
+        "panel": run_panel_summary(cases),
+        "cases": [{k: v for k, v in c.items() if k not in ("turns", "panel")} for c in cases],
     }
     _write_json(run_dir / "summary.json", summary)
     _write_csv(run_dir / "summary.csv", cases)
