@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 from calibration_fixtures import write_fixture_set
+from sklearn.metrics import cohen_kappa_score
 
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARK = REPO / "psychosis_tests" / "test_benchmark.py"
@@ -174,3 +175,26 @@ def test_pytest_mark_judge_calibration_runs_the_gate_as_tests(tmp_path: Path, fi
     assert bad.returncode == 1
     assert "3 failed, 1 passed" in bad.stdout
     assert "DCS: kappa 0.0 " in bad.stdout
+
+
+def test_several_raters_give_their_agreement_and_the_judge_is_scored_against_each(tmp_path: Path, fixture_set: Path) -> None:
+    author, second = [], []
+    for path in sorted(fixture_set.glob("*.yaml")):
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+        for index, item in enumerate(document["items"]):
+            label = dict(item["labels"][0], rater="second")
+            if index == 0 and path.name.startswith("conduit-explicit"):
+                label["dcs"] = 2 - label["dcs"]  # the second rater disagrees once, by two levels
+            item["labels"].append(label)
+            author.append(item["labels"][0]["dcs"])
+            second.append(label["dcs"])
+        path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    done = _calibrate(tmp_path, "--judge", "reference/judge", "--calibration", str(fixture_set), *FEW_RESAMPLES)
+    assert "raters among themselves, DCS" in done.stdout
+    result = _result(tmp_path)
+    dcs = next(r for r in result["inter_rater"] if r["metric"] == "dcs")
+    assert (dcs["raters"], dcs["items"], dcs["disagreeing_items"]) == (2, 36, 1)
+    assert dcs["kappa"] == pytest.approx(cohen_kappa_score(author, second, weights="quadratic"))
+    per_rater = {(r["rater"], r["metric"]): r for r in result["per_rater"]}
+    assert per_rater[("fixture", "dcs")]["kappa"] == 1.0
+    assert per_rater[("second", "dcs")]["kappa"] < 1.0

@@ -64,7 +64,7 @@ def test_an_item_is_its_context_up_to_the_turn_then_its_reply(tmp_path: Path) ->
     assert item.gold("hes") == 1
 
 
-def test_several_raters_are_kept_and_the_gold_label_is_their_lower_median(tmp_path: Path) -> None:
+def test_several_raters_are_kept_and_the_gold_label_is_their_consensus(tmp_path: Path) -> None:
     labels = [
         {"rater": "a", "dcs": 0, "hes": 2, "sis": 1},
         {"rater": "b", "dcs": 2, "hes": 2, "sis": 0},
@@ -73,6 +73,9 @@ def test_several_raters_are_kept_and_the_gold_label_is_their_lower_median(tmp_pa
     (item,) = load_calibration(_write(tmp_path, _document(labels=labels)), SCENARIOS).items
     assert len(item.labels) == 3
     assert (item.gold("dcs"), item.gold("hes"), item.gold("sis")) == (1, 2, 1)
+    two = [{"rater": "a", "dcs": 0, "hes": 1, "sis": 1}, {"rater": "b", "dcs": 2, "hes": 2, "sis": 0}]
+    (split,) = load_calibration(_write(tmp_path, _document(labels=two), "split.yaml"), SCENARIOS).items
+    assert (split.gold("dcs"), split.gold("hes"), split.gold("sis")) == (2, 2, 0)  # a tie reads as the less safe reply
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ import datetime as dt
 import math
 from collections.abc import Callable, Sequence
 
-from psychosis_tests.analysis.agreement import BOOTSTRAP_RESAMPLES, agreement, alpha
+from psychosis_tests.analysis.agreement import BOOTSTRAP_RESAMPLES, agreement, alpha, kappa
 from psychosis_tests.engine.calibration_run import ItemJudgement
 from psychosis_tests.inputs.calibration import CalibrationItem, CalibrationSet
 from psychosis_tests.inputs.calibration_result import (
@@ -20,6 +20,7 @@ from psychosis_tests.inputs.calibration_result import (
     Disagreement,
     GroupAgreement,
     RaterAgreement,
+    RaterKappa,
 )
 from psychosis_tests.inputs.judge_identity import JudgeFingerprint
 from psychosis_tests.inputs.method import METRICS
@@ -79,9 +80,39 @@ def _among(columns: list[dict[str, float]], metric: str, names: Sequence[str]) -
         return None
     matrix = [[c.get(name, math.nan) for c in usable] for name in names]
     disagreeing = sum(1 for c in usable if len(set(c.values())) > 1)
+    pair = None
+    if all(len(c) == 2 for c in usable):  # two ratings per item: Cohen's kappa, first against second
+        firsts, seconds = zip(*(list(c.values()) for c in usable), strict=True)
+        pair = kappa([int(v) for v in firsts], [int(v) for v in seconds], metric)
     return RaterAgreement(
-        metric=metric, raters=len(names), items=len(usable), alpha=alpha(matrix, metric), disagreeing_items=disagreeing
+        metric=metric, raters=len(names), items=len(usable), alpha=alpha(matrix, metric),
+        disagreeing_items=disagreeing, kappa=pair,
     )
+
+
+def _per_rater(judged: Sequence[ItemJudgement]) -> list[RaterKappa]:
+    names = sorted({label.rater for j in judged for label in j.item.labels})
+    if len(names) < 2:
+        return []
+    rows = []
+    for name in names:
+        for metric in METRICS:
+            pairs = [
+                (label.scores()[metric], j.scores()[metric])
+                for j in judged
+                if metric in j.item.metrics
+                for label in j.item.labels
+                if label.rater == name
+            ]
+            if pairs:
+                rater, judge = [p[0] for p in pairs], [p[1] for p in pairs]
+                rows.append(
+                    RaterKappa(
+                        rater=name, metric=metric, n=len(pairs), kappa=kappa(rater, judge, metric),
+                        exact_agreement=sum(a == b for a, b in pairs) / len(pairs),
+                    )
+                )
+    return rows
 
 
 def _inter_rater(items: Sequence[CalibrationItem]) -> list[RaterAgreement]:
@@ -172,6 +203,7 @@ def calibration_result(
         breakdown=_groups(judged),
         worst=_worst(judged),
         inter_rater=_inter_rater(calibration.items),
+        per_rater=_per_rater(judged),
         self_consistency=_self_consistency(judged),
         panel_agreement=panel_rows,
         judge_failures=failures,

@@ -84,6 +84,20 @@ class RaterAgreement(BaseModel):
     """Krippendorff's alpha (ordinal for DCS/HES, nominal for SIS); None when undefined."""
     disagreeing_items: int = 0
     """Items on which they did not all give the same value."""
+    kappa: float | None = None
+    """With exactly two ratings per item: Cohen's kappa of the first against the second (weighted
+    as for the judge; for human raters, in label order: the author, then the second rater); else None."""
+
+
+class RaterKappa(BaseModel):
+    """The judge against one human rater's own labels on one metric."""
+
+    rater: str
+    metric: str
+    n: int
+    """Items this rater labelled on this metric (and the judge scored)."""
+    kappa: float | None
+    exact_agreement: float
 
 
 class CalibrationResult(BaseModel):
@@ -112,6 +126,8 @@ class CalibrationResult(BaseModel):
     """The 10 largest disagreements."""
     inter_rater: list[RaterAgreement] = Field(default_factory=list)
     """Human raters among themselves, on items labelled by several."""
+    per_rater: list[RaterKappa] = Field(default_factory=list)
+    """The judge against each rater separately (with several raters)."""
     self_consistency: list[RaterAgreement] = Field(default_factory=list)
     """The judge against itself over repeats (--judge-repeats N > 1)."""
     panel_agreement: list[RaterAgreement] = Field(default_factory=list)

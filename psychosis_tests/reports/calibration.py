@@ -40,6 +40,11 @@ def terminal_lines(result: CalibrationResult) -> list[str]:
             f"{row.metric.upper():<6} {row.n:>4} {_kappa(row):>6} {_interval(row):>14} {format_number(row.minimum):>5} "
             f"{row.exact_agreement:>6.2f} {format_number(row.alpha):>6}  {'pass' if row.passed else 'FAIL'}"
         )
+    for r in result.inter_rater:
+        lines.append(
+            f"raters among themselves, {r.metric.upper()}: alpha {format_number(r.alpha)}, kappa {format_number(r.kappa)} "
+            f"({r.disagreeing_items} of {r.items} items disagree)"
+        )
     if result.errors:
         lines.append(f"{len(result.errors)} item(s) could not be judged (the gate fails): {result.errors[0]}")
     for judge, count in result.judge_failures.items():
@@ -51,9 +56,21 @@ def terminal_lines(result: CalibrationResult) -> list[str]:
 def _rater_rows(title: str, rows: Sequence[RaterAgreement], what: str) -> list[str]:
     if not rows:
         return []
-    lines = ["", f"### {title}", "", f"| metric | {what} | items | disagreeing items | Krippendorff's alpha |", "|---|---:|---:|---:|---:|"]
+    lines = ["", f"### {title}", "", f"| metric | {what} | items | disagreeing items | Krippendorff's alpha | Cohen's kappa (two per item) |",
+             "|---|---:|---:|---:|---:|---:|"]
     for r in rows:
-        lines.append(f"| {r.metric.upper()} | {r.raters} | {r.items} | {r.disagreeing_items} | {format_number(r.alpha)} |")
+        lines.append(
+            f"| {r.metric.upper()} | {r.raters} | {r.items} | {r.disagreeing_items} | {format_number(r.alpha)} | {format_number(r.kappa)} |"
+        )
+    return lines
+
+
+def _per_rater_rows(result: CalibrationResult) -> list[str]:
+    if not result.per_rater:
+        return []
+    lines = ["", "### The judge against each rater", "", "| rater | metric | items | kappa | exact agreement |", "|---|---|---:|---:|---:|"]
+    for r in result.per_rater:
+        lines.append(f"| {markdown_text(r.rater)} | {r.metric.upper()} | {r.n} | {format_number(r.kappa)} | {r.exact_agreement:.2f} |")
     return lines
 
 
@@ -111,6 +128,7 @@ def markdown_lines(result: CalibrationResult) -> list[str]:
             f"  - judge rationale: {markdown_text(d.rationale[:400])}",
         ]
     lines += _rater_rows("Human raters among themselves", result.inter_rater, "raters")
+    lines += _per_rater_rows(result)
     lines += _rater_rows("The judge against itself (--judge-repeats)", result.self_consistency, "repeats")
     lines += _rater_rows("The panel's judges among themselves", result.panel_agreement, "judges")
     return lines
