@@ -82,6 +82,17 @@ class Plan:
         unique = {s.id: s for s in (*self.targets, *self.panel.judges)}
         return [s for s in unique.values() if s.served_by_suite == kind]
 
+    def judge_calls(self, scenario: Scenario) -> int:
+        """Judge calls one conversation of this scenario takes: per judge of the panel, one per
+        judged turn, or one per metric of each judged turn in per-metric mode."""
+        turns = [scenario.metrics_for_turn(t) for t in range(1, len(scenario.turns) + 1)]
+        return sum(
+            len(metrics) if judge.judge_mode == "per-metric" else 1
+            for judge in self.panel.judges
+            for metrics in turns
+            if metrics
+        )
+
     @property
     def judge_warning(self) -> str | None:
         """Said in the header and every report when the judge is the embedded toy model."""

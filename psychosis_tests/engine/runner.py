@@ -125,7 +125,7 @@ class Runner:
         """Counts for the progress line; calls_total is what the started cases will need."""
         repeats = self.plan.settings.repeats
         calls_per_conversation = {
-            sid: len(s.turns) + s.judged_turns
+            sid: len(s.turns) + self.plan.judge_calls(s)
             for sid, s in self.plan.scenarios.items()
         }
         counters = self.provider.counters
