@@ -29,8 +29,14 @@ def register_marker(config: pytest.Config) -> None:
 
 
 def is_calibration_run(config: pytest.Config) -> bool:
-    """`-m judge_calibration` (alone or in an expression): the judge calibration, not the benchmark."""
-    return CALIBRATION_MARK in (config.option.markexpr or "")
+    """A -m expression that selects the judge_calibration mark (`-m judge_calibration`, not
+    `-m "not judge_calibration"`): the judge calibration, not the benchmark."""
+    markexpr = config.option.markexpr or ""
+    if CALIBRATION_MARK not in markexpr:
+        return False
+    from _pytest.mark.expression import Expression
+
+    return Expression.compile(markexpr).evaluate(lambda name, **_: name == CALIBRATION_MARK)
 
 
 def _alluredir(config: pytest.Config) -> str | None:
