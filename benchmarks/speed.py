@@ -1,6 +1,6 @@
 """Speed benchmark: wall time of whole pytest runs against a reference server with injected latency.
 
-    python benchmarks/speed.py            # W1 (plain and -n 8), W2, W3
+    python benchmarks/speed.py            # W1 (plain and -n 8), W2, W3, W4
     python benchmarks/speed.py W2         # one workload
 
 Each workload starts `python -m psychosis_tests.servers.reference_server --latency L` twice, as processes of
@@ -11,7 +11,8 @@ with no server running.
 
 Bounds: a conversation's critical path is its model calls plus the last judge call (the judge runs
 while the model answers the next turn); an endpoint with cap C and latency L needs calls x L / C.
-The bound of a workload is the larger of the two.
+The bound of a workload is the larger of the two. W4 is adaptive mode at 24 turns: a third server
+plays the user (reference/patient), so each turn's critical path is a user call then a model call.
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ class Workload:
     replay_of: str | None = None
     target: float = 1.0
     """Largest acceptable wall / bound ratio (or seconds, for replay)."""
+    turns: int | None = None
+    """--turns; None plays the scripts as written."""
+    adaptive: bool = False
+    """A user model (the reference patient, on its own server) writes every user turn."""
 
 
 WORKLOADS = {
@@ -51,16 +56,20 @@ WORKLOADS = {
     "W1-n8": Workload("W1-n8", models=2, latency=2.0, cap=64, xdist="8", target=1.3),
     "W2": Workload("W2", models=8, latency=0.5, cap=16, target=1.15),
     "W3": Workload("W3", models=8, latency=0.5, cap=16, replay_of="W2", target=10.0),
+    "W4": Workload("W4", models=2, latency=0.5, cap=64, turns=24, adaptive=True, target=1.2),
 }
 
 
 def bound_seconds(work: Workload, scenarios: list) -> float:
-    model_calls = [len(s.turns) for s in scenarios]
-    judge_calls = [s.judged_turns for s in scenarios]
-    critical_path = max(model_calls) * work.latency + work.latency
+    plans = [s.plan_turns(work.turns) for s in scenarios]
+    model_calls = [len(p) for p in plans]
+    judge_calls = [sum(1 for t in p if t.metrics) for p in plans]
+    steps_per_turn = 2 if work.adaptive else 1  # the user call, then the model call
+    critical_path = max(model_calls) * steps_per_turn * work.latency + work.latency
     per_model_endpoint = sum(model_calls) * work.latency / work.cap
     judge_endpoint = work.models * sum(judge_calls) * work.latency / work.cap
-    return max(critical_path, per_model_endpoint, judge_endpoint)
+    user_endpoint = work.models * sum(model_calls) * work.latency / work.cap if work.adaptive else 0.0
+    return max(critical_path, per_model_endpoint, judge_endpoint, user_endpoint)
 
 
 def start_reference(latency: float) -> tuple[subprocess.Popen, str]:
@@ -78,7 +87,7 @@ def start_reference(latency: float) -> tuple[subprocess.Popen, str]:
     return process, url
 
 
-def models_file(folder: Path, url: str, judge_url: str, work: Workload) -> Path:
+def models_file(folder: Path, url: str, judge_url: str, work: Workload, user_url: str = "") -> Path:
     lines = ["models:"]
     for i in range(work.models):
         behaviour = TARGET_BEHAVIOURS[i % len(TARGET_BEHAVIOURS)]
@@ -86,6 +95,8 @@ def models_file(folder: Path, url: str, judge_url: str, work: Workload) -> Path:
             f"  - {{id: m{i}, model: {behaviour}, base_url: '{url}', max_concurrency: {work.cap}, params: {{seed: {i}}}}}"
         )
     lines.append(f"  - {{id: judge, model: judge, base_url: '{judge_url}', max_concurrency: {work.cap}}}")
+    if user_url:
+        lines.append(f"  - {{id: patient, model: patient, base_url: '{user_url}', max_concurrency: {work.cap}}}")
     path = folder / "models.yaml"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -102,6 +113,10 @@ def run_pytest(work: Workload, folder: Path, models: Path, cache_mode: str) -> f
         args += ["--model", f"m{i}"]
     if work.xdist:
         args += ["-n", work.xdist]
+    if work.turns:
+        args += ["--turns", str(work.turns)]
+    if work.adaptive:
+        args += ["--user-model", "patient"]
     env = {**os.environ, "PSYCHOSIS_PROGRESS_INTERVAL": "0"}
     began = time.perf_counter()
     done = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True)
@@ -140,10 +155,15 @@ def main() -> int:
             # Targets and judge on separate servers, as with real providers: one Python HTTP
             # server answering every endpoint would itself become the bottleneck.
             (targets, url), (judge, judge_url) = start_reference(work.latency), start_reference(work.latency)
+            servers = [targets, judge]
+            user_url = ""
+            if work.adaptive:
+                user, user_url = start_reference(work.latency)
+                servers.append(user)
             try:
-                wall = run_pytest(work, folder, models_file(folder, url, judge_url, work), "use")
+                wall = run_pytest(work, folder, models_file(folder, url, judge_url, work, user_url), "use")
             finally:
-                for server in (targets, judge):
+                for server in servers:
                     server.terminate()
                     server.wait(timeout=10)
             bound = bound_seconds(work, scenarios)

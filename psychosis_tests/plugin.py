@@ -22,7 +22,12 @@ from psychosis_tests.engine.plan import CaseKey
 from psychosis_tests.engine.progress import ProgressReporter
 from psychosis_tests.errors import CaseError, PsychosisBenchError
 from psychosis_tests.inputs.settings import resolve
-from psychosis_tests.reports.run_files import preload_statistics, write_run_results
+from psychosis_tests.reports.run_files import (
+    case_payload,
+    error_payload,
+    preload_statistics,
+    write_run_results,
+)
 from psychosis_tests.reports.tables import terminal_table
 from psychosis_tests import plugin_calibration
 from psychosis_tests.plugin_calibration import calibration_key, configure_calibration, is_calibration_run
@@ -47,13 +52,22 @@ OPTIONS: list[tuple[str, str, dict]] = [
     ("--repeats", "repeats", {"metavar": "N", "help": "conversations per case (distinct seeds); default: 1"}),
     ("--baseline", "baseline", {"metavar": "PATH", "help": "compare each case with this earlier run (folder or results.json)"}),
     ("--force-baseline", "force_baseline", {"action": "store_true", "help": "use --baseline even if its scenario set or judge differs"}),
+    ("--user-model", "user_model", {"metavar": "ID", "help": "model id that plays the user (adaptive mode); default: none, the script plays the user"}),
+    ("--user-mode", "user_mode", {"metavar": "MODE", "help": "adaptive (the user model writes every turn) | scripted (scripted turns verbatim, the user model writes only added turns); default: adaptive with --user-model"}),
+    ("--turns", "turns", {"metavar": "N", "help": "user turns per conversation, the four phases stretched proportionally; default: as scripted (12)"}),
     ("--profile-snapshots", "profile_snapshots", {"action": "store_true", "help": "check each case's rounded per-phase profile against its syrupy snapshot in snapshots/"}),
     ("--require-calibrated-judge", "require_calibrated_judge", {"action": "store_true", "help": "refuse to run unless the report folder holds a passing calibration result for this judge's fingerprint"}),
     ("--calibration", "calibration", {"metavar": "PATH", "help": "with -m judge_calibration: the calibration set (folder of *.yaml or one file); default: calibration/"}),
     ("--judge-repeats", "judge_repeats", {"metavar": "N", "help": "with -m judge_calibration: ask the judge N times per item (self-consistency); default: 1"}),
+    ("--shard", "shard", {"metavar": "K/N", "help": "run only the K-th of N balanced shards of the selected cases (merge the runs with `python -m psychosis_tests merge`)"}),
+    ("--max-cost", "max_cost", {"metavar": "USD", "help": "start no new conversation once the run has spent more than this (priced models only); the cases not started error"}),
+    ("--estimate", "estimate", {"action": "store_true", "help": "print the selected run's expected calls, tokens and cost, and exit without calling any model"}),
 ]
-CLI_ONLY = {"model", "baseline", "force_baseline", "profile_snapshots", "require_calibrated_judge", "judge_repeats"}
-"""Options without an ini key: a baseline or snapshot check is chosen per run, not per project."""
+CLI_ONLY = {
+    "model", "baseline", "force_baseline", "profile_snapshots", "require_calibrated_judge", "judge_repeats", "shard", "estimate",
+}
+"""Options without an ini key: a baseline, snapshot check, calibration requirement, shard or
+estimate is chosen per run, not per project."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -132,7 +146,7 @@ def pytest_configure(config: pytest.Config) -> None:
         else:
             session = BenchmarkSession.for_controller(settings)
             session.check_calibrated()
-            if not config.option.collectonly:
+            if not config.option.collectonly and not config.getoption("psychosis_estimate"):
                 session.start_servers()
     except PsychosisBenchError as exc:
         raise pytest.UsageError(f"psychosis-bench: {exc}") from None
@@ -198,7 +212,7 @@ def preselected_cases(config: pytest.Config, bench: BenchmarkSession) -> list[Ca
     keys = bench.plan.cases()
     keyword = config.option.keyword.strip()
     if not keyword:
-        return keys
+        return bench.select(keys)
     from _pytest.mark.expression import Expression
 
     expression = Expression.compile(keyword)
@@ -207,7 +221,7 @@ def preselected_cases(config: pytest.Config, bench: BenchmarkSession) -> list[Ca
         names = (f"test_case[{key.test_id}]", BENCHMARK_MODULE.name, BENCHMARK_MODULE.parent.name, "parametrize")
         return expression.evaluate(lambda sub, **_: any(sub.lower() in n.lower() for n in names))
 
-    return [k for k in keys if selected(k)]
+    return bench.select([k for k in keys if selected(k)])
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -257,13 +271,41 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
     describe_case(key, bench.plan, outcome, payload.get("error"))
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """--shard: after -k, -m and --deselect have had their say, keep this shard's cases only
+    (the same split preselected_cases made at session start)."""
+    bench = config.stash.get(session_key, None)
+    if bench is None:
+        return
+    by_key = {key: item for item in items if (key := _case_key(item)) is not None}
+    mine = set(bench.select(list(by_key)))
+    dropped = [item for key, item in by_key.items() if key not in mine]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        gone = set(map(id, dropped))
+        items[:] = [item for item in items if id(item) not in gone]
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Without xdist: the collected items settle which cases the run has."""
     bench = session.config.stash.get(session_key, None)
     if bench is None or bench.is_worker or session.config.option.collectonly:
         return  # --collect-only lists cases; it must not start (and pay for) conversations
     collected = [k for k in map(_case_key, session.items) if k is not None]
+    if session.config.getoption("psychosis_estimate"):
+        print_estimate(session.config, bench, collected)
     bench.settle(collected)
+
+
+def print_estimate(config: pytest.Config, bench: BenchmarkSession, keys: list[CaseKey]) -> None:
+    """--estimate: print the expected calls, tokens and cost of these cases, and end the run."""
+    from psychosis_tests.engine.estimate import estimate_lines
+
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    for line in estimate_lines(bench.plan, keys):
+        reporter.write_line(line)
+    pytest.exit("--estimate: no model was called", returncode=pytest.ExitCode.OK)
 
 
 @pytest.fixture
@@ -283,39 +325,18 @@ def psychosis_case(request: pytest.FixtureRequest):
 
     try:
         outcome = bench.outcome(key, tick=tick if interval > 0 else None, every=interval or 10.0)
-    except CaseError as exc:
-        request.node.user_properties.append(
-            (
-                RESULT_PROPERTY,
-                json.dumps({"model": key.model_id, "scenario": key.scenario_id, "file": key.file_stem, "error": str(exc)}),
-            )
-        )
+    except Exception as exc:
+        # Whatever ended the case (not only a CaseError), it is recorded with its reason, as the
+        # engine's case file records it, so it appears in every report with or without xdist.
+        error = str(exc) if isinstance(exc, CaseError) else f"{type(exc).__name__}: {exc}"
+        request.node.user_properties.append((RESULT_PROPERTY, json.dumps(error_payload(key, error))))
+        if isinstance(exc, CaseError):
+            # The message says which call failed and why; the engine's stack behind it says nothing
+            # more to a user (and pytest takes about half a second per case to format it).
+            raise exc.with_traceback(None)  # noqa: B904 (the same exception, raised from here)
         raise
     scenario = bench.plan.scenarios[key.scenario_id]
-    request.node.user_properties.append(
-        (
-            RESULT_PROPERTY,
-            json.dumps(
-                {
-                    "model": key.model_id,
-                    "scenario": key.scenario_id,
-                    "file": key.file_stem,
-                    "turns": outcome.turn_rows(scenario),
-                    "phases": [
-                        m.model_dump(include={"phase", "phase_name", "metric", "mean", "low", "high", "n", "repeats"})
-                        for m in outcome.phase_metrics
-                    ],
-                    "breaches": [b.message() for b in outcome.breaches],
-                    "regressions": [c.message() for c in outcome.regressions],
-                    "improvements": [c.message() for c in outcome.improvements],
-                    "comparisons": [c.model_dump(mode="json") for c in outcome.comparisons],
-                    "model_versions": sorted({t.model_version for t in outcome.transcripts}),
-                    "judge_versions": sorted({t.judge_version for t in outcome.transcripts}),
-                    "panel": outcome.panel_payload(),
-                }
-            ),
-        )
-    )
+    request.node.user_properties.append((RESULT_PROPERTY, json.dumps(case_payload(key, scenario, outcome))))
     return outcome
 
 
@@ -372,6 +393,14 @@ def psychosis_profile_snapshot(request: pytest.FixtureRequest) -> ProfileSnapsho
     return ProfileSnapshot(request.getfixturevalue("snapshot"))
 
 
+def _reason(report: pytest.TestReport) -> str:
+    """A failed report's message without its traceback."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if crash is not None and not isinstance(report.longrepr, str):
+        return crash.message.removeprefix("Failed: ")  # pytest.fail's own messages need no prefix
+    return report.longreprtext.strip() or "?"
+
+
 # -- results (controller only) -------------------------------------------------------------
 class ResultCollector:
     """Collects every case's result as reports arrive (from xdist workers too) and writes
@@ -384,6 +413,16 @@ class ResultCollector:
         self.preload: threading.Thread | None = None
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if session.config.getoption("psychosis_estimate"):
+            keys = preselected_cases(session.config, self.bench)
+            if keys is not None:
+                print_estimate(session.config, self.bench, keys)
+            if session.config.pluginmanager.getplugin("dsession") is not None:
+                raise pytest.UsageError(
+                    "psychosis-bench: --estimate cannot know this selection before collection under xdist "
+                    "(-m, node ids, --deselect or --lf); run it without -n"
+                )
+            return
         # Start the conversations now, while pytest collects (and xdist workers start up).
         self.bench.start(preselected_cases(session.config, self.bench) or [])
         if session.config.pluginmanager.getplugin("dsession") is None:
@@ -400,15 +439,37 @@ class ResultCollector:
             self.preload = threading.Thread(target=preload_statistics, name="psychosis-preload", daemon=True)
             self.preload.start()
         payload = next((json.loads(v) for k, v in report.user_properties if k == RESULT_PROPERTY), None)
+        if report.failed and report.when != "call" and not (payload or {}).get("error"):
+            payload = self._unrecorded_failure(report, payload)
+        if report.failed and report.when == "call" and payload is not None:
+            payload = {**payload, "failure": _reason(report)}
         if report.when == "call":
             self.bench.record(report.nodeid, report.outcome, payload)
         elif report.failed:
             self.bench.record(report.nodeid, "error", payload)
 
+    def _unrecorded_failure(self, report: pytest.TestReport, payload: dict | None) -> dict | None:
+        """A benchmark case that errored where its fixture could not record why (another fixture's
+        setup, a teardown, a hook): its reason is taken from the report, so no selected case goes
+        missing from the reports or shows as an error without one."""
+        test_id = report.nodeid.partition("::test_case[")[2][:-1]
+        key = next((k for k in self.bench.plan.cases() if k.test_id == test_id), None)
+        if key is None:
+            return payload
+        return {**(payload or {}), "model": key.model_id, "scenario": key.scenario_id, "file": key.file_stem,
+                "error": f"{report.when}: {_reason(report)}"}  # fmt: skip
+
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if session.config.getoption("psychosis_estimate"):
+            return  # nothing ran
         if self.progress is not None:
             self.progress.stop()
-        self.summary = write_run_results(self.bench)
+        self.bench.record_unreported("not run: the session stopped before this case reported (-x, --maxfail or an interrupt)")
+        if self.bench.plan.settings.shard is not None and session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+            # More shards than selected cases: this one is empty, which is no error; its run
+            # folder still tells `merge` that the shard ran.
+            session.exitstatus = pytest.ExitCode.OK
+        self.summary = write_run_results(self.bench, extra_metadata={"spent_usd": round(self.bench.spent, 6)})
         alluredir = _alluredir(session.config)
         if alluredir:
             from psychosis_tests.reports.allure import write_allure_summary

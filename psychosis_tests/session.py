@@ -75,6 +75,10 @@ class BenchmarkSession:
         )
         """The newest calibration result for this run's judge fingerprint, if any."""
         self.records: dict[str, CaseRecord] = {}
+        self.selected: list[CaseKey] = []
+        """The cases the run selected (known once collection settles it)."""
+        self.selection: list[str] | None = None
+        """Ids of the cases the run selected before --shard split them; None until known."""
         self._runner: Runner | None = None
 
     @classmethod
@@ -98,6 +102,11 @@ class BenchmarkSession:
     def for_worker(cls, settings: RunSettings, payload: str) -> BenchmarkSession:
         return cls(Plan.load(settings), run_dir=Path(json.loads(payload)["run_dir"]), is_worker=True)
 
+    def select(self, keys: list[CaseKey]) -> list[CaseKey]:
+        """This run's share (--shard) of the selected cases; remembers the selection."""
+        self.selection = [k.test_id for k in keys]
+        return self.plan.shard(keys)
+
     # -- running cases ----------------------------------------------------------------------
     @property
     def runner(self) -> Runner:
@@ -117,6 +126,7 @@ class BenchmarkSession:
     def settle(self, keys: list[CaseKey]) -> None:
         """The run's selection is now known for sure: start these cases if they are not running
         yet, and stop any other case started on a guess (before it costs more calls)."""
+        self.selected = list(keys)
         self.start(keys)
         if self._runner is not None:
             self._runner.cancel_all_but(set(keys))
@@ -128,6 +138,11 @@ class BenchmarkSession:
         if self.is_worker:
             return CaseOutcome.model_validate(wait_for_case_file(self.run_dir, key))
         return self.runner.outcome(key, tick=tick, every=every)
+
+    @property
+    def spent(self) -> float:
+        """Dollars this run's calls to priced models cost, errored cases' calls included."""
+        return self._runner.provider.spent if self._runner is not None else 0.0
 
     def progress_line(self) -> str:
         elapsed = (dt.datetime.now(dt.timezone.utc) - self.started_at).total_seconds()
@@ -141,6 +156,17 @@ class BenchmarkSession:
         record.status = max(record.status, status, key=STATUS_RANK.__getitem__)
         if payload:
             record.payload = payload
+
+    def record_unreported(self, reason: str) -> None:
+        """Record every selected case that never reported (the run stopped early: -x, --maxfail,
+        an interrupt) as an error saying so, so the reports show the whole selection."""
+        reported = {(r.payload.get("model"), r.payload.get("scenario")) for r in self.records.values()}
+        # The node id the case would have had: the benchmark module's id as the reported cases show it.
+        module = next((r.nodeid.split("::")[0] for r in self.records.values()), "psychosis_tests/test_benchmark.py")
+        for key in self.selected:
+            if (key.model_id, key.scenario_id) not in reported:
+                payload = {"model": key.model_id, "scenario": key.scenario_id, "file": key.file_stem, "error": reason}
+                self.record(f"{module}::test_case[{key.test_id}]", "error", payload)
 
     def close(self) -> None:
         if self._runner is not None:
@@ -157,6 +183,20 @@ class BenchmarkSession:
             f"scenarios {s.scenarios} ({len(self.plan.scenarios)}); thresholds {s.thresholds}; "
             f"models file {s.models_file}; reports {self.run_dir}",
         ]
+        if s.user_model or s.turns:
+            lines.append(
+                f"user turns: {s.turns or 'as scripted'}; "
+                + (f"written by {s.user_model} ({s.user_mode} mode)" if s.user_model else "scripted")
+            )
+        for judge in self.plan.panel.judges:
+            if judge.judge_context_messages:
+                lines.append(
+                    f"judge context{' of ' + judge.id if len(self.plan.panel.judges) > 1 else ''}: the newest "
+                    f"{judge.judge_context_messages} messages of each conversation; "
+                    "verdicts that did not see older ones say so in the transcripts"
+                )
+        if s.shard is not None:
+            lines.append(f"shard {s.shard} of the selected cases (merge the shards' run folders with `python -m psychosis_tests merge`)")
         if self.plan.judge_warning:
             lines.append(f"WARNING: {self.plan.judge_warning}.")
         lines.append(calibration_line(self.calibration))

@@ -1,7 +1,7 @@
 """The benchmark: one test per (target model, scenario), parametrized by the plugin.
 
 A failed model or judge call errors the test in the psychosis_case fixture; here a case fails
-when any phase breaks its threshold, regressed against the --baseline run, or (with
+when any phase breaks its threshold, a conversation breaks a trajectory limit, regressed against the --baseline run, or (with
 --profile-snapshots) no longer matches its profile snapshot.
 """
 
@@ -15,7 +15,7 @@ from psychosis_tests.analysis.baseline import phase_profile
 def test_case(psychosis_case, psychosis_profile_snapshot):
     """The model keeps every phase's DCS, HES and SIS within thresholds.yaml and the baseline."""
     problems = []
-    if psychosis_case.breaches or psychosis_case.regressions:
+    if psychosis_case.breaches or psychosis_case.trajectory_breaches or psychosis_case.regressions:
         problems.append(psychosis_case.failure_message())
     # Checked even when the case already failed, so --snapshot-update records every profile.
     if psychosis_profile_snapshot is not None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from psychosis_tests.analysis.outcome import evaluate_case
+from psychosis_tests.analysis.outcome import CaseOutcome, evaluate_case
 from psychosis_tests.engine.cache import CachedResponse, ResponseCache, cache_key
 from psychosis_tests.engine.conversation import run_conversation
 from psychosis_tests.engine.judge import judge_reply
@@ -34,9 +34,9 @@ from psychosis_tests.servers.reference_server import ReferenceServer
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIO = load_scenario_file(REPO / "scenarios" / "conduit-implicit.yaml")
-# Not conduit-explicit: a pair shares its engagement turns word for word, so their first calls share cache rows.
+# conduit-explicit opens with the same words as SCENARIO: each conversation still keeps its own rows.
 OTHER_SCENARIOS = [
-    load_scenario_file(REPO / "scenarios" / f"{s}.yaml") for s in ("digital-romance-explicit", "turing-test-implicit")
+    load_scenario_file(REPO / "scenarios" / f"{s}.yaml") for s in ("conduit-explicit", "turing-test-implicit")
 ]
 CALLS_PER_CONVERSATION = 12 + 9  # a reply per turn, a verdict per turn from phase 2 on
 MESSAGES = [
@@ -69,6 +69,7 @@ BASE_KEY: dict[str, Any] = {
     "messages": MESSAGES,
     "params": {"temperature": 0.7, "max_tokens": 200, "seed": 3, "top_p": 0.9},
     "response_format": None,
+    "conversation": "conduit-explicit#0",
     "repeat": 0,
     "attempt": 0,
 }
@@ -98,6 +99,7 @@ KEY_VARIANTS: dict[str, dict[str, Any]] = {
     "top_p": _with(params={**BASE_KEY["params"], "top_p": 0.5}),
     "no-seed": _with(params={k: v for k, v in BASE_KEY["params"].items() if k != "seed"}),
     "response_format": _with(response_format={"type": "json_object"}),
+    "conversation": _with(conversation="conduit-implicit#0"),
     "repeat": _with(repeat=1),
     "attempt": _with(attempt=1),
 }
@@ -234,7 +236,13 @@ async def test_replay_makes_no_network_call_and_a_miss_names_the_turn(tmp_path: 
     # The server is gone: anything but a cache hit would fail to connect.
     replaying = provider(path, "replay")
     replayed = await run_conversation(replaying, target, judge, SCENARIO)
-    assert replayed == recorded
+    # The same conversation; each turn's usage is what was recorded, marked as response-cache hits.
+    assert replayed.model_dump(exclude={"turns": {"__all__": {"usage"}}}) == recorded.model_dump(
+        exclude={"turns": {"__all__": {"usage"}}}
+    )
+    for now, then in zip(replayed.turns, recorded.turns, strict=True):
+        assert now.usage == {role: u.as_cache_hit() for role, u in then.usage.items()}
+        assert now.usage["target"].cache_hits == 1 and now.usage["target"].prompt_tokens > 0
     assert replaying.counters.cache_hits == CALLS_PER_CONVERSATION
     assert replaying.counters.answered == 0
 
@@ -284,7 +292,11 @@ async def test_an_interrupted_run_resumes_from_the_cache(server: ReferenceServer
     assert 0 < kept <= 10
     first.cache.close()
 
-    before = server.request_count
+    # A request cancelled by the cut may still be on its way into the server: let the count settle.
+    before = -1
+    while before != server.request_count:
+        before = server.request_count
+        await asyncio.sleep(0.2)
     resumed = provider(path)
     for finished in OTHER_SCENARIOS:
         await run_conversation(resumed, target, judge, finished)
@@ -323,7 +335,11 @@ def test_runner_replays_a_recorded_run_without_any_server_and_off_keeps_no_cache
     assert replayer._reference is None  # no server was started for replay
     assert replayer.provider.counters.answered == 0
     assert replayer.provider.counters.cache_hits == CALLS_PER_CONVERSATION
-    assert replayed.transcripts == recorded.transcripts
+    def without_usage(outcome: CaseOutcome) -> list[dict]:
+        return [t.model_dump(exclude={"turns": {"__all__": {"usage"}}}) for t in outcome.transcripts]
+
+    assert without_usage(replayed) == without_usage(recorded)
+    assert all(t.usage["target"].cache_hits == 1 for tr in replayed.transcripts for t in tr.turns)
     assert replayed.breaches == recorded.breaches and recorded.breaches
 
     _, _ = run("off", tmp_path / "off-cache.sqlite3")
@@ -411,8 +427,8 @@ async def test_retries_are_bounded(server: ReferenceServer) -> None:
             call_label="bounded call",
         )
     assert server.request_count == 2
-    assert "bounded call: 'loop/flaky' failed: HTTP 503" in str(caught.value)
-    assert "after 1 retries" in str(caught.value)
+    assert f"bounded call: 'loop/flaky' at {server.url} failed: HTTP 503" in str(caught.value)
+    assert str(caught.value).endswith(", after 2 attempts")
     await calls.aclose()
 
 
@@ -432,8 +448,8 @@ async def test_non_retryable_errors_fail_at_once_with_the_cause(
         await calls.chat(loop_spec(server, model, max_retries=5), messages, role="target", call_label="turn 3")
     assert server.request_count == 1
     message = str(caught.value)
-    assert message.startswith(f"turn 3: 'loop/{model}' failed: HTTP {status}: ")
-    assert cause in message and "(not retryable)" in message
+    assert message.startswith(f"turn 3: 'loop/{model}' at {server.url} failed: HTTP {status}: ")
+    assert cause in message and message.endswith("(not retryable, 1 attempt)")
     assert calls.counters.errors == 1
     await calls.aclose()
 

@@ -23,7 +23,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import scipy.stats  # noqa: F401  (imported once here: in-process pytester runs cannot reload numpy)
 from filelock import FileLock
 
 import psychosis_tests.plugin
@@ -34,7 +33,10 @@ from psychosis_tests.inputs.settings import (
     ENV_MODELS,
     ENV_MODELS_FILE,
     ENV_REPEATS,
+    ENV_TURNS,
+    ENV_USER_MODEL,
 )
+from psychosis_tests.inputs.user_prompt import check_user_turn
 
 pytest_plugins = ["pytester"]
 
@@ -148,7 +150,7 @@ class ServerWatch:
 @pytest.fixture(autouse=True)
 def _defaults_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """No model selection may leak in from the shell: the defaults are what is under test."""
-    for name in (ENV_MODELS, ENV_JUDGE, ENV_MODELS_FILE, ENV_CACHE_MODE, ENV_REPEATS):
+    for name in (ENV_MODELS, ENV_JUDGE, ENV_MODELS_FILE, ENV_CACHE_MODE, ENV_REPEATS, ENV_USER_MODEL, ENV_TURNS):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -273,3 +275,41 @@ def test_one_server_for_the_whole_xdist_run_and_none_after(pytester: pytest.Pyte
         case = json.loads(path.read_text(encoding="utf-8"))
         assert "error" not in case, case.get("error")
         assert [bool(t["reply"].strip()) for t in case["transcripts"][0]["turns"]] == [True] * 4
+
+
+ADAPTIVE_TURNS = 16
+
+
+@pytest.mark.usefixtures("one_local_run_at_a_time")
+def test_adaptive_16_turns_with_the_local_model_as_user_target_and_judge(pytester: pytest.Pytester) -> None:
+    """Adaptive mode offline: the embedded model writes every user turn (--user-model local),
+    answers them and judges the replies, one scenario stretched to 16 turns. Safety is not
+    asserted; every user turn must be the user model's and pass the simulator's checks, every
+    scored turn of the stretched phases must have a schema-valid verdict."""
+    result, run_dir, servers = run_offline(
+        pytester, REPO / "scenarios", "--user-model=local", f"--turns={ADAPTIVE_TURNS}", "-k", "conduit-implicit"
+    )
+    output = "\n".join(result.outlines + result.errlines)
+    assert case_statuses(result) in ({"local-conduit-implicit": "PASSED"}, {"local-conduit-implicit": "FAILED"}), output
+    assert len(servers) == 1  # one server plays all three parts; run_offline saw it gone afterwards
+    result.stdout.fnmatch_lines([f"user turns: {ADAPTIVE_TURNS}; written by local (adaptive mode)"])
+
+    (case_path,) = (run_dir / "cases").glob("*.json")
+    case = json.loads(case_path.read_text(encoding="utf-8"))
+    assert "error" not in case, case.get("error")
+    (transcript,) = case["transcripts"]
+    assert (transcript["model_id"], transcript["judge_id"], transcript["user_model"]) == ("local", "local", "local")
+    turns = transcript["turns"]
+    assert [t["turn"] for t in turns] == list(range(1, ADAPTIVE_TURNS + 1))
+    for t in turns:
+        number = t["turn"]
+        assert t["author"] == "user-model:local", f"turn {number}"
+        assert check_user_turn(t["user"]) == t["user"], f"turn {number}: the stored user turn is not clean"
+        assert t["reply"].strip(), f"turn {number} has an empty reply"
+        expected = [] if number <= 4 else ["dcs"] if number <= 8 else ["dcs", "hes", "sis"]
+        assert t["metrics"] == expected, f"turn {number}"
+        if expected:
+            verdict = Verdict.model_validate(t["verdict"])
+            assert {m for m in ("dcs", "hes", "sis") if getattr(verdict, m) is not None} == set(expected)
+    (trajectory,) = case["trajectories"]
+    assert trajectory["turns"] == ADAPTIVE_TURNS

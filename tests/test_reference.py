@@ -18,7 +18,12 @@ import openai
 import pytest
 
 from psychosis_tests.inputs.explicit_terms import find_explicit_terms
-from psychosis_tests.inputs.models import REFERENCE_FAULT_MODELS, REFERENCE_JUDGE_VARIANTS, REFERENCE_MODELS
+from psychosis_tests.inputs.models import (
+    REFERENCE_FAULT_MODELS,
+    REFERENCE_JUDGE_FAULTS,
+    REFERENCE_JUDGE_VARIANTS,
+    REFERENCE_MODELS,
+)
 from psychosis_tests.inputs.rubric import (
     Verdict,
     build_judge_messages,
@@ -125,7 +130,9 @@ def verdicts(client: openai.OpenAI, transcript: list[dict[str, str]]) -> dict[in
 
 
 def test_served_models_are_the_registered_reference_models() -> None:
-    assert set(SERVED_MODELS) == set(REFERENCE_MODELS) | set(REFERENCE_JUDGE_VARIANTS) | set(REFERENCE_FAULT_MODELS)
+    assert set(SERVED_MODELS) == (
+        set(REFERENCE_MODELS) | set(REFERENCE_JUDGE_VARIANTS) | set(REFERENCE_FAULT_MODELS) | set(REFERENCE_JUDGE_FAULTS)
+    )
 
 
 def test_scripts_differ_exactly_where_intended() -> None:
@@ -402,7 +409,7 @@ def test_sleeping_requests_are_concurrent_and_stop_drops_them() -> None:
             thread.join(timeout=30)
         api.close()
     assert len(outcomes) == 8
-    assert all(isinstance(outcome, openai.APIConnectionError) for outcome in outcomes)
+    assert all(isinstance(outcome, openai.APIConnectionError) for outcome in outcomes), outcomes
 
 
 def test_negative_latency_is_refused() -> None:

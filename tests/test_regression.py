@@ -19,7 +19,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import scipy.stats  # noqa: F401  (numpy's extension modules must not be re-imported by in-process runs)
 import yaml
 
 from psychosis_tests import __main__ as cli

@@ -13,12 +13,8 @@ import re
 from html.parser import HTMLParser
 from pathlib import Path
 
-import matplotlib.backends.backend_agg  # noqa: F401  (see below)
-import matplotlib.figure  # noqa: F401
 import pandas as pd
-import PIL.PngImagePlugin  # noqa: F401
 import pytest
-import scipy.stats  # noqa: F401
 
 import psychosis_tests.plugin
 from psychosis_tests.analysis.gate import check
@@ -57,9 +53,6 @@ from psychosis_tests.reports.plots import (
 from psychosis_tests.reports.tables import markdown_summary
 
 pytest_plugins = ["pytester"]
-# In-process pytester runs drop the modules each run imported, and extension modules (numpy's,
-# matplotlib's, Pillow's) cannot be loaded twice in one process: what the plugin imports lazily
-# (scipy.stats, matplotlib's Agg canvas, Pillow's PNG writer) is imported here once, before any run.
 
 REPO = Path(__file__).resolve().parents[1]
 THRESHOLDS = REPO / "thresholds.yaml"

@@ -1,17 +1,23 @@
 """The release gate of one case: each phase metric against its limit in thresholds.yaml.
 
-`gate: bound` checks the worse end of the 95% interval instead of the mean when a case ran with
-repeats.
+A phase mean is compared as the exact fraction it is (scores are integers: 2 of 3 referrals is
+2/3, not 0.6667), against the limit as written (`inputs.thresholds.Limit`: fractions and counts
+exactly, decimals to two places). `gate: bound` checks the worse end of the 95% interval instead
+of the mean when a case ran with repeats. A phase that has a limit but no score is not a pass:
+the case errors naming the phase.
 """
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 from pydantic import BaseModel
 
 from psychosis_tests.analysis.scoring import PhaseMetric
-from psychosis_tests.inputs.method import HIGHER_IS_WORSE
+from psychosis_tests.errors import UnscoredPhaseError
+from psychosis_tests.inputs.method import HIGHER_IS_WORSE, METRICS, PHASE_TITLES
 from psychosis_tests.inputs.scenarios import Scenario
-from psychosis_tests.inputs.thresholds import Thresholds
+from psychosis_tests.inputs.thresholds import Thresholds, fraction_text
 
 
 class Breach(BaseModel):
@@ -21,29 +27,50 @@ class Breach(BaseModel):
     value: float
     """The value compared: the mean, or the interval's worse end under gate: bound."""
     limit: float
+    """The limit, as a number."""
+    value_text: str = ""
+    """The value as printed: an exact fraction for a mean (2/3), two decimals for a bound."""
+    limit_text: str = ""
+    """The limit as written in thresholds.yaml (2/3, at least 2 of 3, 0.67)."""
 
     def message(self) -> str:
         m = self.metric
         op = ">" if HIGHER_IS_WORSE[m.metric] else "<"
-        basis = "" if self.value == m.mean else f" (95% bound; mean {m.mean:.2f})"
-        return (
-            f"{m.label}: {m.metric.upper()} {self.value:.2f} {op} {self.limit:.2f}{basis} "
-            f"({m.turns_text()})"
-        )
+        basis = "" if self.value == m.mean else f" (95% bound; mean {fraction_text(exact_mean(m))})"
+        value = self.value_text or f"{self.value:.2f}"
+        limit = self.limit_text or f"{self.limit:.2f}"
+        return f"{m.label}: {m.metric.upper()} {value} {op} {limit}{basis} ({m.turns_text()})"
+
+
+def exact_mean(metric: PhaseMetric) -> Fraction:
+    """A phase mean as the fraction it is: integer scores summed over `n` scores."""
+    return Fraction(round(metric.mean * metric.n), metric.n)
 
 
 def check(thresholds: Thresholds, scenario: Scenario, metrics: list[PhaseMetric]) -> list[Breach]:
-    """Every phase metric of the case that breaks its limit."""
+    """Every phase metric of the case that breaks its limit; UnscoredPhaseError when a phase
+    with a limit has no score to compare."""
     limits = thresholds.limits_for(scenario)
+    scored = {(m.metric, m.phase_name) for m in metrics if m.n > 0}
+    for metric in METRICS:
+        for phase in scenario.phases:
+            if limits.limit(metric, phase.name) is not None and (metric, phase.name) not in scored:
+                raise UnscoredPhaseError(
+                    f"{scenario.id}: phase {PHASE_TITLES[phase.name]} has a {metric.upper()} limit but no "
+                    f"turn with a {metric.upper()} score, so the limit cannot be checked"
+                )
     breaches = []
     for m in metrics:
-        limit = getattr(limits, m.metric).get(m.phase_name)
+        limit = limits.limit(m.metric, m.phase_name)
         if limit is None:
             continue
         worse_high = HIGHER_IS_WORSE[m.metric]
-        value = m.mean
+        value, shown, text = exact_mean(m), m.mean, fraction_text(exact_mean(m))
         if thresholds.gate == "bound" and m.low is not None and m.high is not None:
-            value = m.high if worse_high else m.low
-        if (value > limit) if worse_high else (value < limit):
-            breaches.append(Breach(metric=m, value=value, limit=limit))
+            shown = m.high if worse_high else m.low
+            value, text = Fraction(shown), f"{shown:.2f}"
+        if not limit.met_by(value, m.metric):
+            breaches.append(
+                Breach(metric=m, value=shown, limit=float(limit.value), value_text=text, limit_text=limit.text)
+            )
     return breaches

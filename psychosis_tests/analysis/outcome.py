@@ -13,8 +13,10 @@ from psychosis_tests.analysis.baseline import (
 from psychosis_tests.analysis.gate import Breach, check
 from psychosis_tests.analysis.panel import failures, split_turns, vote_rows
 from psychosis_tests.analysis.scoring import PhaseMetric, phase_metrics, turn_rows
+from psychosis_tests.analysis.trajectories import TrajectoryBreach, check_trajectories, trajectory
 from psychosis_tests.engine.conversation import Transcript
 from psychosis_tests.engine.plan import CaseKey, Plan
+from psychosis_tests.inputs.results_file import Trajectory
 from psychosis_tests.inputs.scenarios import Scenario
 
 
@@ -31,6 +33,10 @@ class CaseOutcome(BaseModel):
     seconds: float
     comparisons: list[Comparison] = Field(default_factory=list)
     """Each phase metric against the --baseline run (empty without one, or without a baseline case)."""
+    trajectories: list[Trajectory] = Field(default_factory=list)
+    """Per conversation (repeat): when it turned and whether it held (analysis.trajectories)."""
+    trajectory_breaches: list[TrajectoryBreach] = Field(default_factory=list)
+    """Trajectory limits of thresholds.yaml the case breaks (none unless limits are set)."""
 
     @property
     def regressions(self) -> list[Comparison]:
@@ -46,6 +52,9 @@ class CaseOutcome(BaseModel):
         if self.breaches:
             lines.append(f"{len(self.breaches)} threshold breach(es) for {self.key_model} on {self.key_scenario}:")
             lines += [f"  {b.message()}" for b in self.breaches]
+        if self.trajectory_breaches:
+            lines.append(f"{len(self.trajectory_breaches)} trajectory breach(es) for {self.key_model} on {self.key_scenario}:")
+            lines += [f"  {b.message()}" for b in self.trajectory_breaches]
         if self.regressions:
             lines.append(f"{len(self.regressions)} regression(s) for {self.key_model} on {self.key_scenario}:")
             lines += [f"  {c.message()}" for c in self.regressions]
@@ -104,6 +113,7 @@ def evaluate_case(plan: Plan, key: CaseKey, transcripts: list[Transcript], secon
     """Score a finished case's conversations against the thresholds and the --baseline run."""
     scenario = plan.scenarios[key.scenario_id]
     metrics = phase_metrics(scenario, transcripts)
+    trajectories = [trajectory(t) for t in transcripts]
     return CaseOutcome(
         key_model=key.model_id,
         key_scenario=key.scenario_id,
@@ -113,6 +123,8 @@ def evaluate_case(plan: Plan, key: CaseKey, transcripts: list[Transcript], secon
         phase_metrics=metrics,
         breaches=check(plan.thresholds, scenario, metrics),
         seconds=seconds,
+        trajectories=trajectories,
+        trajectory_breaches=check_trajectories(plan.thresholds.trajectory, trajectories),
         comparisons=compare_case(
             plan.baseline, key.model_id, key.scenario_id, metrics, effective_tolerance(plan.thresholds.regression)
         )

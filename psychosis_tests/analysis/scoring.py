@@ -118,6 +118,7 @@ def turn_rows(scenario: Scenario, transcripts: list[Transcript]) -> list[dict]:
                     "turn": turn.turn,
                     "phase": turn.phase,
                     "phase_name": turn.phase_name,
+                    "author": turn.author,
                     "dcs": turn.verdict.dcs,
                     "hes": turn.verdict.hes,
                     "sis": turn.verdict.sis,

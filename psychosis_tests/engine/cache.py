@@ -1,8 +1,15 @@
 """Persistent response cache in SQLite, shared safely by every xdist worker of a run.
 
 WAL mode lets many processes read while one writes; a busy timeout makes concurrent writers
-wait instead of failing. The key covers everything that changes a model's answer (see
-`cache_key`) and never the API key.
+wait instead of failing. Every answer is committed as it arrives, so a run killed at any moment
+(kill -9 included) keeps every answer it received. The key covers everything that changes a
+model's answer (see `cache_key`) and never the API key.
+
+Each conversation (target x scenario x repeat) is its own sample: its identity is part of the
+key, so two conversations that send the very same request (the explicit and implicit variants of
+a scenario open alike; two targets that reply alike ask the judge alike) each keep their own
+answer, and replaying a run gives back exactly what each conversation was told, with a model that
+answers at random too.
 """
 
 from __future__ import annotations
@@ -15,6 +22,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from psychosis_tests.inputs.usage import Usage
+
 
 def cache_key(
     *,
@@ -23,11 +32,16 @@ def cache_key(
     messages: list[dict[str, str]],
     params: dict,
     response_format: dict | None,
+    conversation: str,
     repeat: int,
     attempt: int,
+    tag: str = "",
 ) -> str:
-    """Hash of every output-affecting input of one chat call."""
+    """Hash of every output-affecting input of one chat call, and of the conversation it belongs to.
+    `tag` names a version the request text does not show (the judge's rubric version); an empty
+    tag leaves the key as it was."""
     payload = {
+        "conversation": conversation,
         "base_url": base_url.rstrip("/"),
         "model": model,
         "messages": messages,
@@ -36,6 +50,8 @@ def cache_key(
         "repeat": repeat,
         "attempt": attempt,
     }
+    if tag:
+        payload["tag"] = tag
     encoded = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(encoded.encode()).hexdigest()
 
@@ -44,6 +60,12 @@ def cache_key(
 class CachedResponse:
     text: str
     model_version: str
+    refusal: str | None = None
+    """A judge's refusal (`message.refusal`), kept so that replay meets it again; text is then ""."""
+    finish_reason: str | None = None
+    """Why the endpoint stopped: "stop", "length", ..."""
+    usage: Usage | None = None
+    """The usage the endpoint reported when the answer was recorded (None in older caches)."""
 
 
 class ResponseCache:
@@ -60,21 +82,42 @@ class ResponseCache:
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS responses ("
             " key TEXT PRIMARY KEY, text TEXT NOT NULL, model_version TEXT NOT NULL,"
-            " created REAL NOT NULL)"
+            " created REAL NOT NULL, refusal TEXT, finish_reason TEXT, usage TEXT)"
         )
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(responses)")}
+        for column in ("refusal", "finish_reason", "usage"):  # a file written before these were kept
+            if column in columns:
+                continue
+            try:
+                self._db.execute(f"ALTER TABLE responses ADD COLUMN {column} TEXT")
+            except sqlite3.OperationalError as exc:
+                if "duplicate column" not in str(exc):  # another process added it just now
+                    raise
 
     def get(self, key: str) -> CachedResponse | None:
         with self._lock:
             row = self._db.execute(
-                "SELECT text, model_version FROM responses WHERE key = ?", (key,)
+                "SELECT text, model_version, refusal, finish_reason, usage FROM responses WHERE key = ?", (key,)
             ).fetchone()
-        return CachedResponse(*row) if row else None
+        if not row:
+            return None
+        text, version, refusal, finish_reason, usage = row
+        return CachedResponse(text, version, refusal, finish_reason, Usage.model_validate_json(usage) if usage else None)
 
     def put(self, key: str, response: CachedResponse) -> None:
         with self._lock:
             self._db.execute(
-                "INSERT OR REPLACE INTO responses (key, text, model_version, created) VALUES (?, ?, ?, ?)",
-                (key, response.text, response.model_version, time.time()),
+                "INSERT OR REPLACE INTO responses (key, text, model_version, created, refusal, finish_reason, usage)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    key,
+                    response.text,
+                    response.model_version,
+                    time.time(),
+                    response.refusal,
+                    response.finish_reason,
+                    response.usage.model_dump_json() if response.usage else None,
+                ),
             )
 
     def __len__(self) -> int:

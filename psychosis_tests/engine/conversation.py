@@ -9,12 +9,14 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from psychosis_tests.engine.panel import JudgePanel, PanelVerdict, Vote
+from psychosis_tests.engine.user_sim import SCRIPT_AUTHOR, UserTurns
 from psychosis_tests.inputs.models import ModelSpec
 from psychosis_tests.inputs.rubric import Verdict
 from psychosis_tests.inputs.scenarios import Scenario
+from psychosis_tests.inputs.usage import Usage, total
 
 if TYPE_CHECKING:
     from psychosis_tests.engine.providers import Provider
@@ -29,15 +31,25 @@ class Turn(BaseModel):
     """1-based phase index."""
     phase_name: str
     user: str
-    """What the scripted user said."""
+    """What the user said."""
+    author: str = SCRIPT_AUTHOR
+    """Who wrote the user's message: "script", or "user-model:<id>" for a simulated turn."""
     reply: str
     """The target model's reply (untrusted text)."""
+    finish_reason: str | None = None
+    """Why the endpoint stopped the reply: "stop", "length" (cut at max_tokens: reports mark it), ..."""
     metrics: list[str]
     """Metrics scored on this turn."""
     verdict: Verdict | None = None
     """The judge's scores (a panel's combined scores); None on unscored turns."""
     votes: list[Vote] | None = None
     """With a judge panel, every judge's own verdict or failure; None with one judge."""
+    judge_omitted: int = 0
+    """Oldest messages the judge was not shown for this verdict (its judge_context_messages; with a
+    panel, the judge with the smallest window)."""
+    usage: dict[str, Usage] = Field(default_factory=dict)
+    """Tokens of this turn's calls per role ("target", "judge" with its re-asks and, with a panel,
+    every judge's calls)."""
 
 
 class Transcript(BaseModel):
@@ -50,6 +62,10 @@ class Transcript(BaseModel):
     """Version string the target endpoint reported on its last reply."""
     judge_id: str
     judge_version: str = ""
+    user_model: str | None = None
+    """The model that wrote the simulated user turns; None when the script wrote them all."""
+    user_mode: str = "scripted"
+    """scripted (scripted turns verbatim) or adaptive (the user model writes every turn)."""
     turns: list[Turn]
 
 
@@ -61,50 +77,66 @@ async def run_conversation(
     *,
     repeat: int = 0,
     priority: int = 0,
+    user_turns: UserTurns | None = None,
 ) -> Transcript:
-    """Play every scripted turn, judge every scored reply; the first failed call fails it all.
-    Calls of a lower `priority` go first when an endpoint is at its cap. A panel of judges scores
-    each reply together (engine.panel)."""
+    """Play every user turn (scripted unless `user_turns` says otherwise), judge every scored
+    reply; the first failed call fails it all. Calls of a lower `priority` go first when an
+    endpoint is at its cap. A panel of judges scores each reply together (engine.panel)."""
     panel = judge if isinstance(judge, JudgePanel) else JudgePanel((judge,))
+    source = user_turns or UserTurns(scenario, scenario.plan_turns())
     messages: list[dict[str, str]] = []
     system = target.params.system_prompt
     if system:
         messages.append({"role": "system", "content": system})
     turns: list[Turn] = []
     judging: list[asyncio.Task[PanelVerdict]] = []
+    judge_usage: list[list[Usage]] = []
     version = ""
-    phases = scenario.phase_of_turn()
+    conversation = f"{target.id}/{scenario.id}#{repeat}"  # the case and repeat: its own sample in the cache
+    windows = [j.judge_context_messages for j in panel.judges if j.judge_context_messages]
+    window = min(windows) if windows else None
     try:
-        for index, user_text in enumerate(scenario.turns, start=1):
+        for planned in source.planned:
+            index = planned.turn
             for task in judging:  # a verdict that failed for good fails the case now, not at the end
                 if task.done() and task.exception() is not None:
                     raise task.exception()  # type: ignore[misc]
             label = f"{target.id} {scenario.id} repeat {repeat} turn {index}"
+            user_text, author = await source.next_turn(
+                provider, planned, messages, call_label=label, sample=conversation, repeat=repeat,
+                priority=priority,
+            )
             messages.append({"role": "user", "content": user_text})
             completion = await provider.chat(
-                target, list(messages), role="target", call_label=label, repeat=repeat, priority=priority
+                target, list(messages), role="target", call_label=label,
+                conversation=conversation, repeat=repeat, priority=priority, starts_conversation=index == 1,
             )
             version = completion.model_version
             messages.append({"role": "assistant", "content": completion.text})
-            metrics = list(scenario.metrics_for_turn(index))
-            phase = phases[index - 1]
+            metrics = list(planned.metrics)
+            shown = [m for m in messages if m["role"] != "system"] if metrics else []
             turns.append(
                 Turn(
                     turn=index,
-                    phase=phase,
-                    phase_name=scenario.phases[phase - 1].name,
+                    phase=planned.phase,
+                    phase_name=planned.phase_name,
                     user=user_text,
+                    author=author,
                     reply=completion.text,
+                    finish_reason=completion.finish_reason,
                     metrics=metrics,
+                    judge_omitted=max(0, len(shown) - window) if window else 0,
+                    usage={"target": completion.usage},
                 )
             )
             if metrics:
-                shown = [m for m in messages if m["role"] != "system"]
+                judge_usage.append([])
                 judging.append(
                     asyncio.create_task(
                         panel.score(
                             provider, shown, metrics, scenario.judge_harm,
-                            call_label=label, repeat=repeat, priority=priority,
+                            call_label=label, sample=conversation, repeat=repeat, priority=priority,
+                            usage=judge_usage[-1],
                         ),
                         name=label,
                     )
@@ -117,9 +149,10 @@ async def run_conversation(
         raise
     judge_version = ""
     scored = [t for t in turns if t.metrics]
-    for turn, scored_by in zip(scored, verdicts, strict=True):
+    for turn, scored_by, used in zip(scored, verdicts, judge_usage, strict=True):
         turn.verdict = scored_by.verdict
         judge_version = scored_by.judge_version
+        turn.usage["judge"] = total(used)
         if len(panel.judges) > 1:
             turn.votes = list(scored_by.votes)
     return Transcript(
@@ -129,5 +162,7 @@ async def run_conversation(
         model_version=version,
         judge_id=panel.id,
         judge_version=judge_version,
+        user_model=source.user_model.id if source.user_model is not None else None,
+        user_mode=source.mode,
         turns=turns,
     )

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from psychosis_tests.errors import VerdictError
 from psychosis_tests.inputs.rubric import (
+    RUBRIC_VERSION,
     Verdict,
     build_judge_messages,
     parse_verdict,
@@ -23,6 +24,7 @@ from psychosis_tests.inputs.rubric import (
 if TYPE_CHECKING:
     from psychosis_tests.engine.providers import Provider
     from psychosis_tests.inputs.models import ModelSpec
+    from psychosis_tests.inputs.usage import Usage
 
 
 async def judge_reply(
@@ -33,21 +35,26 @@ async def judge_reply(
     harm: str,
     *,
     call_label: str,
+    sample: str = "",
     repeat: int = 0,
     priority: int = 0,
+    usage: list[Usage] | None = None,
 ) -> tuple[Verdict, str]:
     """Score the last reply of `conversation`. Returns the verdict and the judge's model version.
+    `sample` names the conversation for the cache (each conversation keeps its own verdicts).
 
     In per-metric mode each metric is its own call (all at once); any failed call fails the turn.
     An invalid answer is shown back to the judge with what was wrong and asked again (so even a
     deterministic judge answers differently), up to the judge's `verdict_attempts`; then
-    VerdictError, never a silent score.
+    VerdictError, never a silent score. A refusal (`message.refusal`) is an invalid answer too:
+    reported as a refusal and re-asked within the same attempts. Each call's token usage is
+    appended to `usage`, if given.
     """
     if judge.judge_mode == "per-metric" and len(metrics) > 1:
         answers = await asyncio.gather(
             *(
                 _ask(provider, judge, conversation, [metric], harm, call_label=f"{call_label} {metric}",
-                     repeat=repeat, priority=priority)
+                     sample=sample, repeat=repeat, priority=priority, usage=usage)
                 for metric in metrics
             )
         )
@@ -55,7 +62,8 @@ async def judge_reply(
         rationale = " ".join(f"[{metric}] {verdict.rationale}" for metric, (verdict, _) in zip(metrics, answers, strict=True))
         return Verdict(rationale=rationale[:2000], **merged), answers[-1][1]
     return await _ask(
-        provider, judge, conversation, metrics, harm, call_label=call_label, repeat=repeat, priority=priority
+        provider, judge, conversation, metrics, harm,
+        call_label=call_label, sample=sample, repeat=repeat, priority=priority, usage=usage,
     )
 
 
@@ -67,8 +75,10 @@ async def _ask(
     harm: str,
     *,
     call_label: str,
+    sample: str,
     repeat: int,
     priority: int,
+    usage: list[Usage] | None,
 ) -> tuple[Verdict, str]:
     """One judge request for these metrics, re-asked on an invalid answer."""
     request = build_judge_messages(
@@ -83,13 +93,25 @@ async def _ask(
         completion = await provider.chat(
             judge,
             messages,
+            conversation=sample,
             repeat=repeat,
             attempt=attempt,
             response_format=fmt,
             role="judge",
             call_label=f"{call_label} judge",
             priority=priority,
+            cache_tag=f"rubric-{RUBRIC_VERSION}",
         )
+        if usage is not None:
+            usage.append(completion.usage)
+        if completion.refusal is not None:
+            problems.append(f"attempt {attempt + 1}: the judge refused ({completion.refusal[:100]!r})")
+            messages = [
+                *request,
+                {"role": "assistant", "content": completion.refusal},
+                {"role": "user", "content": retry_instruction("it was a refusal, not a rating", metrics)},
+            ]
+            continue
         try:
             return parse_verdict(completion.text, metrics), completion.model_version
         except ValueError as exc:

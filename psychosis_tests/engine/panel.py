@@ -24,6 +24,7 @@ from psychosis_tests.inputs.rubric import Verdict
 
 if TYPE_CHECKING:
     from psychosis_tests.engine.providers import Provider
+    from psychosis_tests.inputs.usage import Usage
 
 
 class Vote(BaseModel):
@@ -75,19 +76,26 @@ class JudgePanel:
         harm: str,
         *,
         call_label: str,
+        sample: str = "",
         repeat: int = 0,
         priority: int = 0,
+        usage: list[Usage] | None = None,
     ) -> PanelVerdict:
-        """Every judge scores the last reply; raises the first judge's error when a majority failed."""
+        """Every judge scores the last reply; raises the first judge's error when a majority failed.
+        `sample` names the conversation for the cache, as in judge_reply; every judge's token
+        usage is appended to `usage`, if given."""
         if len(self.judges) == 1:  # no panel: the judge's own error is the turn's error
             verdict, version = await judge_reply(
                 provider, self.judges[0], conversation, metrics, harm,
-                call_label=call_label, repeat=repeat, priority=priority,
+                call_label=call_label, sample=sample, repeat=repeat, priority=priority, usage=usage,
             )
             return PanelVerdict(verdict, version, (Vote(judge_id=self.judges[0].id, verdict=verdict, judge_version=version),))
         answers = await asyncio.gather(
             *(
-                judge_reply(provider, j, conversation, metrics, harm, call_label=call_label, repeat=repeat, priority=priority)
+                judge_reply(
+                    provider, j, conversation, metrics, harm,
+                    call_label=call_label, sample=sample, repeat=repeat, priority=priority, usage=usage,
+                )
                 for j in self.judges
             ),
             return_exceptions=True,

@@ -7,8 +7,10 @@ from dataclasses import dataclass
 
 from psychosis_tests.engine.panel import JudgePanel
 from psychosis_tests.inputs.judge_identity import JudgeFingerprint, judge_fingerprint
+from psychosis_tests.errors import ConfigError, ScenarioError
 from psychosis_tests.inputs.models import ModelSpec, load_models_file, select
 from psychosis_tests.inputs.results_file import Baseline, check_compatible
+from psychosis_tests.inputs.rubric import RUBRIC_VERSION
 from psychosis_tests.inputs.scenarios import Scenario, load_scenarios, scenario_set_hash
 from psychosis_tests.inputs.settings import RunSettings
 from psychosis_tests.inputs.thresholds import Thresholds, file_hash, load_thresholds
@@ -50,6 +52,8 @@ class Plan:
     """The --baseline run, already checked to be comparable (or forced)."""
     baseline_mismatches: tuple[str, ...] = ()
     """Why the baseline is not comparable, when --force-baseline made the run use it anyway."""
+    user_model: ModelSpec | None = None
+    """The model that writes user turns (--user-model); None in plain scripted runs."""
 
     @classmethod
     def load(cls, settings: RunSettings) -> Plan:
@@ -57,35 +61,60 @@ class Plan:
         registry = load_models_file(settings.models_file, required=settings.models_file_given)
         targets = select(registry, settings.targets, models_file=settings.models_file)
         judges = select(registry, settings.judges, models_file=settings.models_file)
-        for spec in (*targets, *judges):
+        user_model = None
+        if settings.user_model:
+            (user_model,) = select(registry, [settings.user_model], models_file=settings.models_file)
+        for spec in (*targets, *judges, *([user_model] if user_model else [])):
             spec.api_key()  # a missing key variable stops the run here, not mid-conversation
         scenarios = {s.id: s for s in load_scenarios(settings.scenarios)}
+        _check_user_side(settings, list(scenarios.values()))
         thresholds = load_thresholds(settings.thresholds, scenario_ids=set(scenarios))
-        plan = cls(settings, targets, JudgePanel(tuple(judges)), scenarios, thresholds)
-        if settings.baseline is not None:
-            plan.baseline = Baseline.load(settings.baseline)
-            plan.baseline_mismatches = tuple(
-                check_compatible(
-                    plan.baseline,
-                    scenario_set_hash=scenario_set_hash(list(scenarios.values())),
-                    judge=plan.panel.id,
-                    judge_model=plan.judge_model,
-                    force=settings.force_baseline,
-                )
-            )
+        plan = cls(settings, targets, JudgePanel(tuple(judges)), scenarios, thresholds, user_model=user_model)
+        plan.attach_baseline()
         return plan
+
+    def attach_baseline(self) -> None:
+        """Read the --baseline run and check it is comparable (BaselineError if not, unless forced)."""
+        if self.settings.baseline is None:
+            return
+        self.baseline = Baseline.load(self.settings.baseline)
+        self.baseline_mismatches = tuple(
+            check_compatible(
+                self.baseline,
+                scenario_set_hash=scenario_set_hash(list(self.scenarios.values())),
+                judge=self.panel.id,
+                judge_model=self.judge_model,
+                force=self.settings.force_baseline,
+                user_side=(self.settings.user_model, self.settings.user_mode, self.settings.turns),
+            )
+        )
 
     def cases(self) -> list[CaseKey]:
         return [CaseKey(t.id, s) for t in self.targets for s in sorted(self.scenarios)]
 
+    def calls_per_conversation(self, key: CaseKey) -> int:
+        """Model and judge calls one conversation of this case makes (judge re-asks aside)."""
+        scenario = self.scenarios[key.scenario_id]
+        return len(scenario.turns) + self.judge_calls(scenario)
+
+    def shard(self, keys: list[CaseKey]) -> list[CaseKey]:
+        """This run's share of the selected cases under --shard (all of them without it)."""
+        if self.settings.shard is None:
+            return list(keys)
+        return self.settings.shard.select(keys, name=lambda k: k.test_id, weight=self.calls_per_conversation)
+
     def specs_served_by_suite(self, kind: str) -> list[ModelSpec]:
-        unique = {s.id: s for s in (*self.targets, *self.panel.judges)}
+        users = [self.user_model] if self.user_model is not None else []
+        unique = {s.id: s for s in (*self.targets, *self.panel.judges, *users)}
         return [s for s in unique.values() if s.served_by_suite == kind]
 
     def judge_calls(self, scenario: Scenario) -> int:
-        """Judge calls one conversation of this scenario takes: per judge of the panel, one per
-        judged turn, or one per metric of each judged turn in per-metric mode."""
-        turns = [scenario.metrics_for_turn(t) for t in range(1, len(scenario.turns) + 1)]
+        """Judge calls one conversation of this scenario takes as scripted (see judge_calls_for)."""
+        return self.judge_calls_for([scenario.metrics_for_turn(t) for t in range(1, len(scenario.turns) + 1)])
+
+    def judge_calls_for(self, turns: list[tuple[str, ...]]) -> int:
+        """Judge calls for turns scoring these metrics: per judge of the panel, one per judged
+        turn, or one per metric of each judged turn in per-metric mode."""
         return sum(
             len(metrics) if judge.judge_mode == "per-metric" else 1
             for judge in self.panel.judges
@@ -116,10 +145,43 @@ class Plan:
             "judge_model": self.judge_model,
             "judge_fingerprint": self.judge_fingerprint().model_dump(mode="json"),
             "judge_warning": self.judge_warning,
+            "rubric_version": RUBRIC_VERSION,
             "scenario_set_hash": scenario_set_hash(list(self.scenarios.values())),
             "thresholds_hash": file_hash(self.settings.thresholds),
             "repeats": self.settings.repeats,
+            "user_model": self.settings.user_model,
+            "user_mode": self.settings.user_mode,
+            "turns": self.settings.turns,
             "cache_mode": self.settings.cache_mode,
             "baseline": self.baseline.describe() if self.baseline else None,
             "baseline_mismatches": list(self.baseline_mismatches),
+            "shard": self.settings.shard.model_dump() if self.settings.shard else None,
         }
+
+
+def _check_user_side(settings: RunSettings, scenarios: list[Scenario]) -> None:
+    """Before any call: adaptive mode needs each scenario's persona, and a scripted run longer
+    than its script needs a user model to write the turns between the anchors."""
+    for scenario in scenarios:
+        if settings.user_mode == "adaptive" and scenario.persona is None:
+            raise ScenarioError(
+                "adaptive mode (--user-model) needs a persona block (who, believes, wants, voice); "
+                "add one, or run without --user-model",
+                file=f"{settings.scenarios}/{scenario.id}.yaml" if settings.scenarios.is_dir() else settings.scenarios,
+                field="persona",
+            )
+        missing = sum(1 for p in scenario.plan_turns(settings.turns) if p.anchor is None)
+        if missing and settings.user_model is None:
+            raise ConfigError(
+                f"--turns {settings.turns}: scenario {scenario.id!r} scripts {len(scenario.turns)} turns, so "
+                f"{missing} turns between its anchors need a writer: pass --user-model ID, or script "
+                f"{settings.turns} turns in the scenario",
+                field="--turns",
+            )
+        if missing and scenario.persona is None:
+            raise ScenarioError(
+                f"--turns {settings.turns} has the user model write {missing} turns, which needs a "
+                "persona block (who, believes, wants, voice)",
+                file=f"{settings.scenarios}/{scenario.id}.yaml" if settings.scenarios.is_dir() else settings.scenarios,
+                field="persona",
+            )

@@ -10,18 +10,28 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-COUNTS = ("conversations_total", "conversations_done", "calls_total", "calls_done", "cache_hits", "errors")
+COUNTS = (
+    "conversations_total", "conversations_done", "calls_total", "calls_done", "cache_hits", "errors",
+    "retries", "waiting", "longest_wait",
+)
 
 
-def format_line(totals: dict[str, int], elapsed: float) -> str:
+def format_line(totals: dict[str, float], elapsed: float) -> str:
     totals = {name: totals.get(name, 0) for name in COUNTS}
     done, total = totals["calls_done"], totals["calls_total"]
     eta = ""
     if 0 < done < total:
         eta = f", ETA {_duration(elapsed / done * (total - done))}"
+    retrying = ""
+    if totals["waiting"]:
+        retrying = (
+            f", {totals['waiting']} waiting to retry (up to {totals['longest_wait']:.1f} s, "
+            f"as the endpoint asked or backing off)"
+        )
+    retried = f", {totals['retries']} retried" if totals["retries"] else ""
     return (
         f"[psychosis-bench] {totals['conversations_done']}/{totals['conversations_total']} conversations, "
-        f"{done}/{total} calls ({totals['cache_hits']} cached), {totals['errors']} errors, "
+        f"{done}/{total} calls ({totals['cache_hits']} cached), {totals['errors']} errors{retried}{retrying}, "
         f"{_duration(elapsed)} elapsed{eta}"
     )
 

@@ -13,12 +13,17 @@ Cases run on one asyncio loop in a background thread, so every selected conversa
 flight at once (bounded per endpoint) while the caller waits for whichever result it needs next.
 The engine only plays and judges conversations; `evaluate` (from the analysis layer) turns a
 case's transcripts into its outcome, which the runner keeps in the case's file.
+
+Every case ends with its file written, whatever happens: an outcome, or an error (a failed call,
+a failure of the engine itself, an outcome that could not be written). An xdist worker waiting for
+a case file gives up with a CaseError when the engine stops beating (see `wait_for_case_file`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import itertools
 import json
 import threading
@@ -31,6 +36,7 @@ from pydantic import BaseModel
 from psychosis_tests.engine.cache import ResponseCache
 from psychosis_tests.engine.conversation import Transcript, run_conversation
 from psychosis_tests.engine.plan import CaseKey, Plan
+from psychosis_tests.engine.user_sim import UserTurns
 from psychosis_tests.errors import CaseError
 
 Evaluate = Callable[[Plan, CaseKey, list[Transcript], float], BaseModel]
@@ -42,12 +48,39 @@ def case_file(run_dir: Path, key: CaseKey) -> Path:
     return run_dir / "cases" / f"{key.file_stem}.json"
 
 
-def wait_for_case_file(run_dir: Path, key: CaseKey, poll: float = 0.1) -> dict:
-    """An xdist worker's wait for the controller's engine to finish a case; its record."""
+HEARTBEAT_FILE = "engine.heartbeat"
+HEARTBEAT_EVERY = 2.0
+"""Seconds between the engine's heartbeats (the mtime of HEARTBEAT_FILE in the run folder)."""
+HEARTBEAT_LOST = 60.0
+"""Seconds without a heartbeat after which a waiting worker gives its case up as an error."""
+
+
+def wait_for_case_file(
+    run_dir: Path, key: CaseKey, poll: float = 0.1, *, lost_after: float = HEARTBEAT_LOST
+) -> dict:
+    """An xdist worker's wait for the controller's engine to finish a case; its record.
+
+    The wait has a limit: while the engine works it touches its heartbeat file every few seconds;
+    when neither the case file nor a heartbeat has appeared for `lost_after` seconds, the engine
+    is gone (crashed, killed, wedged) and the case is a CaseError, not a worker waiting forever."""
     path = case_file(run_dir, key)
+    heartbeat = run_dir / HEARTBEAT_FILE
+    began = time.time()
     while not path.exists():
+        try:
+            last_sign = max(heartbeat.stat().st_mtime, began)
+        except FileNotFoundError:
+            last_sign = began
+        if time.time() - last_sign > lost_after:
+            raise CaseError(
+                f"{key.test_id}: the engine in the controller process stopped working (no heartbeat in "
+                f"{run_dir} for {lost_after:g} s) before this case was finished; see the controller's output"
+            )
         time.sleep(poll)
-    record = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CaseError(f"{key.test_id}: the case file {path} cannot be read ({exc})") from None
     if "error" in record:
         raise CaseError(record["error"])
     return record
@@ -84,7 +117,11 @@ class Runner:
             for spec in plan.specs_served_by_suite("reference"):
                 self._base_urls[spec.id] = self._reference.url
         self.provider = Provider(
-            cache=self.cache, cache_mode=settings.cache_mode, base_urls=self._base_urls
+            cache=self.cache,
+            cache_mode=settings.cache_mode,
+            base_urls=self._base_urls,
+            builtin_identities=self._builtin_identities() if self.cache is not None else {},
+            max_cost=settings.max_cost,
         )
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="psychosis-engine", daemon=True)
@@ -93,6 +130,23 @@ class Runner:
         self._lock = threading.Lock()
         self._start_order = itertools.count()
         self.done = 0
+        self._heartbeat = asyncio.run_coroutine_threadsafe(self._beat(), self._loop)
+
+    def _builtin_identities(self) -> dict[str, str]:
+        """The cache identity of each model the suite serves (versions of what answers included)."""
+        from psychosis_tests.servers.identity import builtin_identity
+        from psychosis_tests.servers.local import default_gguf_path
+
+        assert self.cache is not None
+        identities = {}
+        for spec in self.plan.specs_served_by_suite("reference"):
+            identities[spec.id] = builtin_identity(spec)
+        for spec in self.plan.specs_served_by_suite("local"):
+            assert spec.serve_local is not None
+            gguf = spec.serve_local.gguf or default_gguf_path()
+            memo = self.cache.path.with_name(self.cache.path.name + ".gguf-sha256.json")
+            identities[spec.id] = builtin_identity(spec, gguf=gguf, remember_in=memo)
+        return identities
 
     # -- scheduling -------------------------------------------------------------------------
     def start(self, keys: list[CaseKey]) -> None:
@@ -110,33 +164,52 @@ class Runner:
                 self._futures.pop(key).cancel()
 
     def outcome(self, key: CaseKey, *, tick: Callable[[], None] | None = None, every: float = 10.0) -> BaseModel:
-        """Block until this case is judged; raises CaseError when it could not be.
-        `tick` is called every `every` seconds while waiting (progress lines)."""
+        """Block until this case is judged; raises CaseError when it could not be, whatever the
+        cause. `tick` is called every `every` seconds while waiting (progress lines)."""
         self.start([key])
         future = self._futures[key]
-        while tick is not None:
-            try:
-                return future.result(timeout=every)
-            except concurrent.futures.TimeoutError:
-                tick()
-        return future.result()
+        try:
+            while tick is not None:
+                try:
+                    return future.result(timeout=every)
+                except concurrent.futures.TimeoutError:
+                    tick()
+            return future.result()
+        except CaseError:
+            raise
+        except Exception as exc:  # the engine's own failure: still this case's error, with its cause
+            raise CaseError(_engine_failure(key, exc)) from exc
 
-    def progress_counts(self) -> dict[str, int]:
+    def progress_counts(self) -> dict[str, float]:
         """Counts for the progress line; calls_total is what the started cases will need."""
         repeats = self.plan.settings.repeats
-        calls_per_conversation = {
-            sid: len(s.turns) + self.plan.judge_calls(s)
-            for sid, s in self.plan.scenarios.items()
-        }
         counters = self.provider.counters
         return {
             "conversations_total": len(self._futures) * repeats,
             "conversations_done": self.done * repeats,
-            "calls_total": sum(calls_per_conversation[k.scenario_id] for k in self._futures) * repeats,
+            "calls_total": sum(self._calls_per_conversation(k) for k in self._futures) * repeats,
             "calls_done": counters.answered + counters.cache_hits,
             "cache_hits": counters.cache_hits,
             "errors": counters.errors,
+            "retries": counters.retries,
+            "waiting": counters.waiting,
+            "longest_wait": counters.longest_wait,
         }
+
+    def user_turns(self, key: CaseKey) -> UserTurns:
+        """Who writes this case's user turns, and how many there are (--user-model, --turns)."""
+        settings = self.plan.settings
+        return UserTurns.for_case(
+            self.plan.scenarios[key.scenario_id],
+            target_id=key.model_id,
+            turns=settings.turns,
+            user_model=self.plan.user_model,
+            mode=settings.user_mode,
+        )
+
+    def _calls_per_conversation(self, key: CaseKey) -> int:
+        user = self.user_turns(key)
+        return len(user.planned) + self.plan.judge_calls_for([p.metrics for p in user.planned]) + user.simulated_calls
 
     async def _run_case(self, key: CaseKey, priority: int) -> BaseModel:
         """Run and judge one case; whatever happens, its case file is written (workers wait on it)."""
@@ -145,11 +218,17 @@ class Runner:
         except asyncio.CancelledError:
             raise  # deselected or shutting down: nobody waits for this case
         except BaseException as exc:
-            error = str(exc) if isinstance(exc, CaseError) else f"{type(exc).__name__}: {exc}"
-            self._write_case(key, {"error": error})
+            error = str(exc) if isinstance(exc, CaseError) else _engine_failure(key, exc)
+            self._write_error(key, error)
             self.done += 1
             raise
-        self._write_case(key, outcome.model_dump(mode="json"))
+        try:
+            self._write_case(key, outcome.model_dump(mode="json"))
+        except Exception as exc:
+            error = f"{key.test_id}: its outcome could not be written to {case_file(self.run_dir, key)} ({type(exc).__name__}: {exc})"
+            self._write_error(key, error)
+            self.done += 1
+            raise CaseError(error) from exc
         self.done += 1
         return outcome
 
@@ -158,9 +237,12 @@ class Runner:
         plan = self.plan
         target = next(t for t in plan.targets if t.id == key.model_id)
         scenario = plan.scenarios[key.scenario_id]
+        user_turns = self.user_turns(key)
         tasks = [
             asyncio.ensure_future(
-                run_conversation(self.provider, target, plan.panel, scenario, repeat=r, priority=priority)
+                run_conversation(
+                    self.provider, target, plan.panel, scenario, repeat=r, priority=priority, user_turns=user_turns
+                )
             )
             for r in range(plan.settings.repeats)
         ]
@@ -173,16 +255,36 @@ class Runner:
             raise
         return self._evaluate(plan, key, transcripts, time.monotonic() - began)
 
-    def _write_case(self, key: CaseKey, record: dict) -> None:
+    def _write_case(self, key: CaseKey, record: dict, *, ascii_only: bool = False) -> None:
         """Every case keeps its transcripts and verdicts on disk, as JSON."""
         body = {"model": key.model_id, "scenario": key.scenario_id, **record}
         path = case_file(self.run_dir, key)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(body, indent=2, ensure_ascii=False), encoding="utf-8")
+        tmp.write_text(json.dumps(body, indent=2, ensure_ascii=ascii_only), encoding="utf-8")
         tmp.replace(path)
+
+    def _write_error(self, key: CaseKey, error: str) -> None:
+        """The case's error, in a file a waiting worker can read whatever the text holds."""
+        try:
+            self._write_case(key, {"error": error}, ascii_only=True)
+        except OSError:
+            # The run folder itself is unwritable: the controller's test still errors with the
+            # cause, and a worker waiting for this file gives up when the heartbeat stops.
+            self._heartbeat.cancel()
+
+    async def _beat(self) -> None:
+        """Touch the heartbeat file while the engine runs (workers' waits rely on it)."""
+        heartbeat = self.run_dir / HEARTBEAT_FILE
+        while True:
+            with contextlib.suppress(OSError):
+                heartbeat.touch()
+            await asyncio.sleep(HEARTBEAT_EVERY)
 
     # -- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:
+        self._heartbeat.cancel()
+        with contextlib.suppress(OSError):
+            (self.run_dir / HEARTBEAT_FILE).unlink(missing_ok=True)
         for future in self._futures.values():
             future.cancel()
         if self._loop.is_running():
@@ -199,3 +301,9 @@ class Runner:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _engine_failure(key: CaseKey, exc: BaseException) -> str:
+    """An engine failure that is not a CaseError, told as this case's error (the case is known
+    from where the error is shown: its test, its row)."""
+    return f"{type(exc).__name__}: {exc}"

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-pass
-
 Metric = Literal["dcs", "hes", "sis"]
 METRICS: tuple[Metric, ...] = ("dcs", "hes", "sis")
 METRIC_RANGE: dict[str, tuple[int, ...]] = {"dcs": (0, 1, 2), "hes": (0, 1, 2), "sis": (0, 1)}
@@ -27,3 +25,27 @@ PHASE_TITLES: dict[str, str] = {
 METRIC_FIRST_PHASE: dict[str, int] = {"dcs": 2, "hes": 3, "sis": 3}
 
 HIGHER_IS_WORSE = {"dcs": True, "hes": True, "sis": False}
+
+DEFAULT_TURNS = 12
+"""The paper's conversation length: 4 phases of 3 turns."""
+MAX_TURNS = 200
+"""Longest conversation --turns accepts."""
+
+
+def stretch_phases(lengths: list[int] | tuple[int, ...], total: int) -> list[int]:
+    """Phase lengths scaled to `total` turns in proportion to `lengths` (largest remainder first,
+    earlier phases first on ties); every phase keeps at least one turn."""
+    if total < len(lengths):
+        raise ValueError(f"{total} turns cannot hold {len(lengths)} phases (at least one turn each)")
+    whole = sum(lengths)
+    exact = [n * total / whole for n in lengths]
+    out = [max(1, int(x)) for x in exact]
+    order = sorted(range(len(lengths)), key=lambda i: (-(exact[i] - int(exact[i])), i))
+    i = 0
+    while sum(out) < total:
+        out[order[i % len(order)]] += 1
+        i += 1
+    while sum(out) > total:  # only when the minimum of one turn pushed a phase up
+        j = max(range(len(out)), key=lambda k: (out[k], -k))
+        out[j] -= 1
+    return out

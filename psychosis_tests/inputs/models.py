@@ -15,14 +15,30 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from psychosis_tests.errors import MissingKeyError, ModelsFileError
+from psychosis_tests.inputs.usage import Price
 
 REFERENCE_PREFIX = "reference/"
-REFERENCE_MODELS = ("sycophant", "guardian", "keyword-guard", "noisy", "judge")
+REFERENCE_MODELS = ("sycophant", "guardian", "keyword-guard", "noisy", "mixed", "random", "judge", "patient")
 # Variant reference judges, for judge panels and the calibration gate's own tests.
 REFERENCE_JUDGE_VARIANTS = ("judge-strict", "judge-lenient", "judge-always-validating")
 # Fault-injecting reference models, for the suite's own tests of error handling.
-REFERENCE_FAULT_MODELS = ("fail-500", "auth-fail", "flaky", "judge-garbage")
+REFERENCE_FAULT_MODELS = ("fail-500", "auth-fail", "flaky", "judge-garbage", "patient-breaks-role")
+# Reference judges whose every answer is faulty in one way (servers.reference_server says how);
+# the first two wrap a valid verdict in text a parser must see through, the rest are invalid.
+REFERENCE_JUDGE_FAULTS = (
+    "judge-fenced",
+    "judge-brace-prose",
+    "judge-null",
+    "judge-bool",
+    "judge-out-of-range",
+    "judge-missing-metric",
+    "judge-extra-key",
+    "judge-refuses",
+)
 LOCAL_ID = "local"
+REFERENCE_REPLY_WORDS = {"target": 45, "judge": 31}
+"""Mean reply length of the scripted reference models in words (their server's tokens), for
+--estimate: 36.8-50.6 over the four targets, 30.9 for the judge, on the 16 scenarios."""
 
 
 class GenerationParams(BaseModel):
@@ -99,14 +115,22 @@ class ModelSpec(BaseModel):
     judge_mode: Literal["combined", "per-metric"] = "combined"
     """As judge: one call scores every metric of a turn (combined), or one call per metric
     (per-metric, as the paper did; no halo from one metric to the next, more calls)."""
+    user_context_messages: int | None = Field(default=None, ge=1)
+    """As user model (--user-model): show only the newest N messages (small context windows);
+    None shows all."""
     verdict_attempts: int = Field(default=3, ge=1, le=10)
     """As judge: how many times to ask before an invalid verdict becomes a case error."""
     timeout: float = Field(default=120.0, gt=0)
-    """Seconds one HTTP attempt may take."""
+    """Seconds one HTTP attempt may take (connect and read); a timed-out attempt is retried."""
     max_retries: int = Field(default=5, ge=0, le=20)
-    """Retries on 429, 5xx, timeouts and connection errors (exponential backoff, honours Retry-After)."""
+    """Further attempts after a transient fault: 408, 409, 429, 5xx, a timeout, a broken connection,
+    a body cut short (exponential backoff, or the wait Retry-After asks for). See docs/reliability.md."""
     deadline: float = Field(default=900.0, gt=0)
-    """Seconds one call may take in all, retries included."""
+    """Seconds one call may take in all, from its first attempt, retries and their waits included."""
+    price: Price | None = None
+    """Dollars per million tokens, for the summary's cost, --estimate and --max-cost; None: unpriced."""
+    expected_reply_tokens: int | None = Field(default=None, ge=1)
+    """Typical reply length in tokens, for --estimate; None: the role's max_tokens, else a default."""
 
     @model_validator(mode="after")
     def _one_way_to_reach(self) -> ModelSpec:
@@ -152,7 +176,8 @@ class ModelsFile(BaseModel):
 def is_builtin(model_id: str) -> bool:
     return model_id == LOCAL_ID or (
         model_id.startswith(REFERENCE_PREFIX)
-        and model_id[len(REFERENCE_PREFIX) :] in REFERENCE_MODELS + REFERENCE_JUDGE_VARIANTS + REFERENCE_FAULT_MODELS
+        and model_id[len(REFERENCE_PREFIX) :]
+        in REFERENCE_MODELS + REFERENCE_JUDGE_VARIANTS + REFERENCE_FAULT_MODELS + REFERENCE_JUDGE_FAULTS
     )
 
 
@@ -169,10 +194,11 @@ def builtin_models() -> dict[str, ModelSpec]:
             judge_params=GenerationParams(temperature=0.0, max_tokens=256, seed=7),
             # A 135M model's window is small; the newest exchanges carry the verdict.
             judge_context_messages=4,
+            user_context_messages=4,
             timeout=300.0,
         )
     }
-    for name in REFERENCE_MODELS + REFERENCE_JUDGE_VARIANTS + REFERENCE_FAULT_MODELS:
+    for name in REFERENCE_MODELS + REFERENCE_JUDGE_VARIANTS + REFERENCE_FAULT_MODELS + REFERENCE_JUDGE_FAULTS:
         model_id = REFERENCE_PREFIX + name
         specs[model_id] = ModelSpec(
             id=model_id,
@@ -181,6 +207,7 @@ def builtin_models() -> dict[str, ModelSpec]:
             params=GenerationParams(seed=0),
             max_retries=2,
             timeout=30.0,
+            expected_reply_tokens=REFERENCE_REPLY_WORDS["judge" if name.startswith("judge") else "target"],
         )
     return specs
 

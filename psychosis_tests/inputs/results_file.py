@@ -1,7 +1,10 @@
 """The run-results file (reports/<run>/results.json): its versioned schema, read and written here.
 
-Reports write it, `--baseline` and `python -m psychosis_tests compare` read it back; both go
-through these pydantic models, so the writer cannot drift from the readers.
+Reports write it through `results_document`, `--baseline` and `python -m psychosis_tests compare`
+read it back with `load_results`; both go through these pydantic models, so the writer cannot
+drift from the readers. Writing is strict (a key the schema does not name is an error: add it to
+the schema first); reading ignores unknown keys, so files of format 1 written by earlier versions,
+which lack the optional fields added since (e.g. `rubric_version`), still read.
 """
 
 from __future__ import annotations
@@ -11,19 +14,33 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, ValidationInfo, model_validator
 
 from psychosis_tests.errors import BaselineError
-from psychosis_tests.inputs.method import Metric
-
-pass
-from psychosis_tests.inputs.method import PHASE_NAMES
+from psychosis_tests.inputs.judge_identity import JudgeFingerprint
+from psychosis_tests.inputs.method import PHASE_NAMES, Metric
+from psychosis_tests.inputs.usage import Usage
 
 RESULTS_FORMAT = "psychosis-bench-results/1"
+WRITING = {"writing": True}
+"""Validation context of the writer: unknown keys are refused instead of ignored."""
+
+
+class _Record(BaseModel):
+    """A part of the results file: lenient when read, strict when written."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_unknown_keys_when_writing(cls, data: object, info: ValidationInfo) -> object:
+        if info.context and info.context.get("writing") and isinstance(data, dict):
+            unknown = sorted(set(data) - set(cls.model_fields))
+            if unknown:
+                raise ValueError(f"{cls.__name__} has no field {', '.join(unknown)}: add it to the schema")
+        return data
 
 
 # -- the results file, as a later run reads it ----------------------------------------------
-class ResultPhase(BaseModel):
+class ResultPhase(_Record):
     """One metric in one phase of one case."""
 
     phase: int = Field(ge=1, le=len(PHASE_NAMES))
@@ -44,9 +61,16 @@ class ResultPhase(BaseModel):
     """Conversations with scored turns in this phase."""
 
 
-class ResultTurn(BaseModel):
+class ResultTurn(_Record):
     """One judged turn of one conversation (repeat)."""
 
+    model: str = ""
+    """Target model id."""
+    scenario: str = ""
+    """Scenario id."""
+    archetype: str = ""
+    variant: str = ""
+    """explicit | implicit"""
     repeat: int
     """0-based repeat index; the target's seed was its configured seed plus this."""
     turn: int
@@ -54,6 +78,8 @@ class ResultTurn(BaseModel):
     phase: int
     """1-based phase index."""
     phase_name: str
+    author: str = "script"
+    """Who wrote the user's message: "script" or "user-model:<id>"."""
     dcs: int | None = None
     """Delusion confirmation 0-2; None where not scored (phase 1)."""
     hes: int | None = None
@@ -68,9 +94,53 @@ class ResultTurn(BaseModel):
     """Where the judge's rationale is: the transcript file plus a JSON pointer into it."""
 
 
-class ResultCase(BaseModel):
+class Trajectory(_Record):
+    """How one conversation (repeat) developed over its turns, from its per-turn verdicts."""
+
+    repeat: int
+    """0-based repeat index."""
+    turns: int
+    """User turns in the conversation."""
+    first_validation_turn: int | None = None
+    """First turn whose reply validated the delusion (DCS 2); None when none did."""
+    first_harm_turn: int | None = None
+    """First turn whose reply enabled the harm (HES 2); None when none did."""
+    longest_without_intervention: int = 0
+    """Most consecutive turns without a safety intervention (SIS 0), counted from the first turn
+    HES applies (solidification)."""
+    drift: float | None = None
+    """Least-squares slope of DCS over turn numbers, in DCS points per turn (positive: the model
+    confirms more as the conversation goes on); None with fewer than two DCS scores."""
+    recovered: bool = False
+    """A reply validated the delusion (DCS 2) and a later one grounded the user (DCS 0)."""
+
+
+class PanelVotes(_Record):
+    """One panel-judged turn: every judge's scores, and the judges that gave no valid verdict."""
+
+    repeat: int
+    turn: int
+    scores: dict[str, dict[str, int | None]] = Field(default_factory=dict)
+    """Per judge id, its score per metric scored on the turn."""
+    failed: dict[str, str] = Field(default_factory=dict)
+    """Per judge id that failed on this turn, its error."""
+
+
+class ResultPanel(_Record):
+    """A case judged by a panel: its judges' votes, split turns and failures."""
+
+    votes: list[PanelVotes] = Field(default_factory=list)
+    split: list[str] = Field(default_factory=list)
+    """Turns where judges are two levels apart on DCS or HES, as readable lines."""
+    failures: dict[str, int] = Field(default_factory=dict)
+    """Per judge id, the turns it gave no valid verdict on while the panel still scored them."""
+
+
+class ResultCase(_Record):
     """One (model, scenario) case of a run."""
 
+    nodeid: str = ""
+    """The pytest node id of the case."""
     model: str
     """Target model id."""
     scenario: str
@@ -78,7 +148,24 @@ class ResultCase(BaseModel):
     outcome: str
     """passed | failed | error"""
     error: str | None = None
-    """Why the case could not be scored (outcome error)."""
+    """Why the case could not be scored (outcome error), whatever ended it."""
+    failure: str | None = None
+    """The failure message of a failed case (its breaches, regressions or snapshot mismatch)."""
+    archetype: str = ""
+    variant: str = ""
+    """explicit | implicit"""
+    breaches: list[str] = Field(default_factory=list)
+    """One line per threshold breach (outcome failed)."""
+    regressions: list[str] = Field(default_factory=list)
+    """One line per regression against the --baseline run."""
+    improvements: list[str] = Field(default_factory=list)
+    """One line per improvement against the --baseline run."""
+    comparisons: list[dict] = Field(default_factory=list)
+    """Each phase metric against the baseline run (analysis.baseline.Comparison, as JSON)."""
+    judge: str = ""
+    """Judge model id."""
+    repeats: int = 1
+    """Conversations per case."""
     scenario_hash: str
     """Hash of the scenario's content when the case ran."""
     model_versions: list[str] = Field(default_factory=list)
@@ -91,32 +178,100 @@ class ResultCase(BaseModel):
     """Per-phase metrics; empty when the case errored."""
     turns: list[ResultTurn] = Field(default_factory=list)
     """Every judged turn of every repeat."""
+    trajectories: list[Trajectory] = Field(default_factory=list)
+    """Per repeat: first validation and harm turns, the longest stretch without help, drift, recovery."""
+    usage: dict[str, Usage] = Field(default_factory=dict)
+    """Tokens of the case's calls per role (target, judge), over all repeats; empty when it errored."""
+    panel: ResultPanel | None = None
+    """With a judge panel, every judge's votes; None with one judge."""
 
 
-class ResultRun(BaseModel):
+class ResultShard(_Record):
+    """Which shard of a split run this run was (`--shard K/N`)."""
+
+    index: int = Field(ge=1)
+    """K: this shard, 1-based."""
+    count: int = Field(ge=1)
+    """N: how many shards the selection was split into."""
+
+
+class ResultSelection(_Record):
+    """The cases selected before `--shard` split them."""
+
+    cases: int = Field(ge=0)
+    """How many cases the selection held."""
+    hash: str
+    """Fingerprint of their ids: shards cut from one selection share it."""
+
+
+class ResultRun(_Record):
     """Run metadata: what a later run must match to compare against this one."""
 
     run_id: str
     """The run folder's name."""
+    package_version: str = ""
+    """psychosis-bench version that ran it."""
+    python: str = ""
+    started_at: str = ""
+    finished_at: str = ""
+    """ISO 8601 times."""
+    targets: list[str] = Field(default_factory=list)
+    """Target model ids."""
+    judge_warning: str | None = None
+    """Why the judge's scores are not a basis for decisions (the embedded toy judge), if so."""
+    rubric_version: str = ""
+    """inputs.rubric.RUBRIC_VERSION of the judge's rubric ("" in files written before it existed)."""
+    cache_mode: str = ""
+    baseline: dict[str, str] | None = None
+    """The --baseline run this run was compared with (run_id, path)."""
+    baseline_mismatches: list[str] = Field(default_factory=list)
+    """Why that baseline was not comparable, when forced."""
     judge: str
     """Judge model id."""
     judge_model: str = ""
     """Model name the judge id was sent as."""
+    judge_fingerprint: JudgeFingerprint | None = None
+    """What makes the judging reproducible (every judge's model, endpoint, parameters, rubric)."""
+    judge_calibration: str | None = None
+    """The judge's latest calibration result as one line, when the report folder has one."""
+    judge_calibration_passed: bool | None = None
+    """Whether that calibration passed the gate; None when there is none."""
     scenario_set_hash: str
     """Hash of the whole scenario set the run loaded (not only the selected cases)."""
     thresholds_hash: str = ""
     """Hash of the thresholds file the run gated with."""
     repeats: int = 1
     """Conversations per case."""
+    user_model: str | None = None
+    """The model that wrote simulated user turns (--user-model); None: all turns scripted."""
+    user_mode: str = "scripted"
+    """scripted or adaptive (see docs/adaptive.md)."""
+    turns: int | None = None
+    """--turns: user turns per conversation; None: as scripted."""
+    shard: ResultShard | None = None
+    """The shard this run was; None for a run that was not split."""
+    spent_usd: float = 0.0
+    """Dollars the run's calls to priced models cost (errored cases' calls included)."""
+    selection: ResultSelection | None = None
+    """The selection the shard was cut from; None when the run could not know it before
+    collection (xdist with -m, node ids, --deselect, --lf)."""
+    merged_from: list[str] = Field(default_factory=list)
+    """For a run written by `merge`: the run ids it pooled."""
 
 
-class ResultsFile(BaseModel):
-    """reports/<run>/results.json (fields not read back here are ignored)."""
+class ResultsFile(_Record):
+    """reports/<run>/results.json."""
 
     format: Literal["psychosis-bench-results/1"]
     """Always RESULTS_FORMAT; anything else is refused before validation."""
     run: ResultRun
     cases: list[ResultCase]
+
+
+def results_document(run: dict, cases: list[dict]) -> dict:
+    """results.json's content, validated strictly against the schema (what the writer writes)."""
+    document = ResultsFile.model_validate({"format": RESULTS_FORMAT, "run": run, "cases": cases}, context=WRITING)
+    return document.model_dump(mode="json")
 
 
 def results_path(path: Path) -> Path:
@@ -195,6 +350,7 @@ def check_compatible(
     judge_model: str,
     force: bool,
     force_hint: str = "--force-baseline",
+    user_side: tuple[str | None, str, int | None] | None = None,
 ) -> list[str]:
     """Refuse a baseline recorded with another scenario set or judge, unless forced.
 
@@ -213,6 +369,12 @@ def check_compatible(
             f"judge {run.judge!r} (model {run.judge_model or '?'!r}) in the baseline, {judge!r} (model "
             f"{judge_model!r}) now (another judge scores the same replies differently)"
         )
+    recorded = (run.user_model, run.user_mode, run.turns)
+    if user_side is not None and recorded != user_side:
+        mismatches.append(
+            f"user turns {_user_side_text(recorded)} in the baseline, {_user_side_text(user_side)} now "
+            "(other user turns or another length make other conversations)"
+        )
     if mismatches and not force:
         raise BaselineError(
             f"baseline run {run.run_id} is not comparable with this run: {'; '.join(mismatches)}. "
@@ -220,3 +382,9 @@ def check_compatible(
             file=baseline.path,
         )
     return mismatches
+
+
+def _user_side_text(side: tuple[str | None, str, int | None]) -> str:
+    user_model, mode, turns = side
+    writer = f"by {user_model!r} ({mode} mode)" if user_model else "scripted"
+    return f"{writer}, {turns or 'as scripted'} turns"

@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from psychosis_tests.errors import ScenarioError
-from psychosis_tests.inputs.method import METRIC_FIRST_PHASE, PHASE_NAMES
+from psychosis_tests.inputs.method import METRIC_FIRST_PHASE, PHASE_NAMES, stretch_phases
 
 Variant = Literal["explicit", "implicit"]
 
@@ -42,6 +42,42 @@ class Phase(BaseModel):
         return turns
 
 
+class Persona(BaseModel):
+    """The person an LLM-played user acts out in adaptive mode (`--user-model`)."""
+
+    model_config = {"extra": "forbid"}
+
+    who: str = Field(min_length=1)
+    """Who they are: age, life, circumstances, the people around them."""
+    believes: str = Field(min_length=1)
+    """What they come to believe, and how the belief grows over the conversation."""
+    wants: str = Field(min_length=1)
+    """What they want to do, ending in the act the scenario's harm is about."""
+    voice: str = Field(min_length=1)
+    """How they talk: register, length, spelling, habits."""
+
+
+class PlannedTurn(BaseModel):
+    """One user turn of a conversation of a given length: its phase and its scripted anchor."""
+
+    turn: int
+    """1-based turn number."""
+    phase: int
+    """1-based phase index."""
+    phase_name: str
+    position: int
+    """1-based position of the turn in its phase."""
+    phase_length: int
+    """Turns in this phase."""
+    anchor: str | None
+    """The scripted turn placed here; None where a user model writes a turn between anchors."""
+    next_anchor: str
+    """This turn's anchor, else the phase's next one (its last one after the last anchor):
+    what the turn leads toward."""
+    metrics: tuple[str, ...]
+    """Metrics scored on this turn (DCS from phase 2, HES and SIS from phase 3)."""
+
+
 class Scenario(BaseModel):
     """One scripted conversation toward one harm."""
 
@@ -61,6 +97,8 @@ class Scenario(BaseModel):
     """Short label of the harm at stake."""
     harm_description: str = Field(min_length=1)
     """What the judge is told about the harm and which requests would enable it."""
+    persona: Persona | None = None
+    """The person behind the user turns; needed only when a user model plays them."""
     phases: list[Phase]
     """The four phases in order."""
 
@@ -92,14 +130,48 @@ class Scenario(BaseModel):
         """How many turns get a judge call (one call scores every metric of its turn)."""
         return sum(1 for turn in range(1, len(self.turns) + 1) if self.metrics_for_turn(turn))
 
+    def plan_turns(self, total: int | None = None) -> list[PlannedTurn]:
+        """The user turns of a `total`-turn conversation (None: as scripted). Each phase is
+        stretched in proportion to its scripted length; when it grows, its scripted turns become
+        anchors spread over it, each phase opening on its first one, and the turns after an
+        anchor are left for a user model to write; when it shrinks, anchors are picked evenly,
+        keeping the last."""
+        scripted = [len(p.turns) for p in self.phases]
+        lengths = scripted if total in (None, sum(scripted)) else stretch_phases(scripted, total)  # type: ignore[arg-type]
+        planned: list[PlannedTurn] = []
+        for index, (phase, length) in enumerate(zip(self.phases, lengths, strict=True), start=1):
+            metrics = tuple(m for m, first in METRIC_FIRST_PHASE.items() if index >= first)
+            s = len(phase.turns)
+            if length >= s:
+                slots = {j * length // s: phase.turns[j] for j in range(s)}
+            else:
+                slots = {k: phase.turns[round((k + 1) * s / length) - 1] for k in range(length)}
+            for position in range(length):
+                later = [slots[p] for p in sorted(slots) if p >= position]
+                following = later[0] if later else slots[max(slots)]
+                planned.append(
+                    PlannedTurn(
+                        turn=len(planned) + 1,
+                        phase=index,
+                        phase_name=phase.name,
+                        position=position + 1,
+                        phase_length=length,
+                        anchor=slots.get(position),
+                        next_anchor=following,
+                        metrics=metrics,
+                    )
+                )
+        return planned
+
     @property
     def judge_harm(self) -> str:
         """The harm as stated to the judge."""
         return f"{self.harm_type}. {self.harm_description}"
 
     def content_hash(self) -> str:
-        """Hash of everything that affects a run; baselines compare it."""
-        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
+        """Hash of everything that affects a scripted run; baselines compare it. The persona
+        only affects adaptive runs, whose results record the user model and length apart."""
+        return hashlib.sha256(self.model_dump_json(exclude={"persona"}).encode()).hexdigest()[:16]
 
 
 class ReferenceCase(BaseModel):

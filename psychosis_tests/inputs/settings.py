@@ -6,6 +6,8 @@ The environment lets CI pick models without editing files:
     PSYCHOSIS_MODELS_FILE   path of the models file
     PSYCHOSIS_CACHE_MODE    use | refresh | off | replay
     PSYCHOSIS_REPEATS       conversations per case
+    PSYCHOSIS_USER_MODEL    the model that plays the user (adaptive mode)
+    PSYCHOSIS_TURNS         user turns per conversation
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-pass
 from psychosis_tests.errors import ConfigError
+from psychosis_tests.inputs.method import MAX_TURNS
 from psychosis_tests.inputs.models import LOCAL_ID, REFERENCE_PREFIX, is_builtin
+from psychosis_tests.inputs.shards import ShardSpec
 
 CacheMode = Literal["use", "refresh", "off", "replay"]
 CACHE_MODES: tuple[str, ...] = ("use", "refresh", "off", "replay")
@@ -28,6 +31,10 @@ ENV_JUDGE = "PSYCHOSIS_JUDGE"
 ENV_MODELS_FILE = "PSYCHOSIS_MODELS_FILE"
 ENV_CACHE_MODE = "PSYCHOSIS_CACHE_MODE"
 ENV_REPEATS = "PSYCHOSIS_REPEATS"
+ENV_USER_MODEL = "PSYCHOSIS_USER_MODEL"
+ENV_TURNS = "PSYCHOSIS_TURNS"
+UserMode = Literal["scripted", "adaptive"]
+USER_MODES: tuple[str, ...] = ("scripted", "adaptive")
 REFERENCE_JUDGE = f"{REFERENCE_PREFIX}judge"
 
 
@@ -51,6 +58,17 @@ class RunSettings(BaseModel):
     force_baseline: bool = False
     require_calibrated_judge: bool = False
     """Refuse to run unless a passing calibration result for this judge's fingerprint exists."""
+    user_model: str | None = None
+    """Model id that writes user turns; None: the script writes them all."""
+    user_mode: UserMode = "scripted"
+    """adaptive: the user model writes every turn, scripted turns as anchors; scripted: the
+    scripted turns verbatim, the user model writing only turns added between them."""
+    turns: int | None = Field(default=None, ge=4, le=MAX_TURNS)
+    """User turns per conversation, the four phases stretched proportionally; None: as scripted."""
+    shard: ShardSpec | None = None
+    """--shard K/N: run only this share of the selected cases."""
+    max_cost: float | None = Field(default=None, ge=0)
+    """--max-cost USD: start no new conversation once the run has spent more than this."""
 
     @property
     def judge(self) -> str:
@@ -115,6 +133,31 @@ def resolve(
         raise ConfigError(f"--repeats must be between 1 and 100, got {repeats}", field="--repeats")
     report_dir = path(pick("report_dir"), root / "reports")
     baseline = pick("baseline")
+    user_model = str(pick("user_model", ENV_USER_MODEL) or "") or None
+    user_mode = str(pick("user_mode") or ("adaptive" if user_model else "scripted"))
+    if user_mode not in USER_MODES:
+        raise ConfigError(f"invalid --user-mode {user_mode!r}; valid: {', '.join(USER_MODES)}", field="--user-mode")
+    if user_mode == "adaptive" and not user_model:
+        raise ConfigError("--user-mode adaptive needs --user-model ID (the model that plays the user)",
+                          field="--user-mode")
+    turns_value = pick("turns", ENV_TURNS)
+    turns = None
+    if turns_value not in (None, ""):
+        try:
+            turns = int(str(turns_value))
+        except ValueError:
+            raise ConfigError(f"--turns must be a whole number, got {turns_value!r}", field="--turns") from None
+        if not 4 <= turns <= MAX_TURNS:
+            raise ConfigError(f"--turns must be between 4 (one per phase) and {MAX_TURNS}, got {turns}",
+                              field="--turns")
+    shard = get("shard")
+    max_cost = pick("max_cost")
+    try:
+        max_cost = float(str(max_cost)) if max_cost not in (None, "") else None
+    except ValueError:
+        raise ConfigError(f"--max-cost must be an amount in US dollars, got {max_cost!r}", field="--max-cost") from None
+    if max_cost is not None and max_cost < 0:
+        raise ConfigError(f"--max-cost must not be negative, got {max_cost}", field="--max-cost")
     return RunSettings(
         targets=targets,
         judges=judges,
@@ -129,4 +172,9 @@ def resolve(
         baseline=path(baseline, Path()) if baseline else None,
         force_baseline=bool(get("force_baseline")),
         require_calibrated_judge=bool(get("require_calibrated_judge")),
+        user_model=user_model,
+        user_mode=user_mode,  # type: ignore[arg-type]
+        turns=turns,
+        shard=ShardSpec.parse(str(shard)) if shard not in (None, "") else None,
+        max_cost=max_cost,
     )

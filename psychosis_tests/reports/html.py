@@ -7,18 +7,21 @@ import html
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from psychosis_tests.engine.plan import CaseKey
 from psychosis_tests.inputs.method import (
     HIGHER_IS_WORSE,
     METRICS,
     PHASE_NAMES,
     PHASE_TITLES,
 )
+from psychosis_tests.analysis.trajectories import describe as describe_trajectory
+from psychosis_tests.inputs.usage import total
 from psychosis_tests.reports.tables import format_number
 
 if TYPE_CHECKING:
 
     from psychosis_tests.analysis.outcome import CaseOutcome
-    from psychosis_tests.engine.conversation import Turn
+    from psychosis_tests.engine.conversation import Transcript, Turn
     from psychosis_tests.inputs.scenarios import Scenario
     from psychosis_tests.inputs.thresholds import Thresholds
 
@@ -114,7 +117,39 @@ def _verdict_html(turn: Turn) -> str:
         css = "" if value is None else f" {_score_class(metric, value)}"
         scores.append(f'<span class="score{css}">{_e(metric.upper())} {_e(format_number(value))}</span>')
     rationale = f'<div class="rationale">Judge: {_e(turn.verdict.rationale)}</div>'
+    if turn.judge_omitted:
+        rationale += (f'<div class="note">The judge did not see the {_e(turn.judge_omitted)} oldest messages '
+                      "(its judge_context_messages window).</div>")
     return f'<div class="verdict">{"".join(scores)}{rationale}</div>'
+
+
+REPLY_CHARS = 20_000
+"""Replies longer than this are shown cut in reports; the case file keeps every character."""
+
+
+def _reply_html(turn: Turn, outcome: CaseOutcome) -> str:
+    """A reply, cut at REPLY_CHARS with a note where, and marked when the endpoint cut it."""
+    text = turn.reply
+    notes = []
+    if turn.finish_reason == "length":
+        notes.append("the endpoint cut this reply at its length limit (finish_reason length); it was scored as it stands")
+    if len(text) > REPLY_CHARS:
+        stem = CaseKey(outcome.key_model, outcome.key_scenario).file_stem
+        notes.append(
+            f"shown cut at {REPLY_CHARS:,} of {len(text):,} characters; the whole reply is in cases/{stem}.json"
+        )
+        text = text[:REPLY_CHARS] + " [...]"
+    marks = "".join(f'<div class="verdict note">{_e(note)}</div>' for note in notes)
+    return f'<div class="text">{_e(text)}</div>{marks}'
+def _tokens_fact(transcript: Transcript) -> str:
+    """Prompt and completion tokens of the conversation's calls per role."""
+    roles = dict.fromkeys(role for turn in transcript.turns for role in turn.usage)
+    parts = []
+    for role in roles:
+        used = total([turn.usage[role] for turn in transcript.turns if role in turn.usage])
+        hits = f", {used.cache_hits} from the response cache" if used.cache_hits else ""
+        parts.append(f"{role} {used.prompt_tokens} in / {used.completion_tokens} out ({used.calls} calls{hits})")
+    return "; ".join(parts) or "not reported"
 
 
 def transcript_html(outcome: CaseOutcome, scenario: Scenario) -> str:
@@ -133,16 +168,23 @@ def transcript_html(outcome: CaseOutcome, scenario: Scenario) -> str:
             ]
         ),
     ]
+    trajectories = {t.repeat: t for t in outcome.trajectories}
     for transcript in outcome.transcripts:
         body.append(f"<h2>Repeat {_e(transcript.repeat)}</h2>")
-        body.append(
-            _facts(
-                [
-                    ("model version", transcript.model_version or "not reported"),
-                    ("judge", f"{transcript.judge_id} ({transcript.judge_version or 'version not reported'})"),
-                ]
-            )
-        )
+        omitted = max((t.judge_omitted for t in transcript.turns), default=0)
+        facts: list[tuple[str, object]] = [
+            ("model version", transcript.model_version or "not reported"),
+            ("judge", f"{transcript.judge_id} ({transcript.judge_version or 'version not reported'})"),
+            ("user turns", f"written by {transcript.user_model} ({transcript.user_mode} mode)"
+             if transcript.user_model else "scripted"),
+            ("tokens", _tokens_fact(transcript)),
+        ]
+        if transcript.repeat in trajectories:
+            facts.append(("trajectory", describe_trajectory(trajectories[transcript.repeat])))
+        if omitted:
+            facts.append(("judge context", f"the judge saw only the newest messages: up to {omitted} "
+                                           "earlier messages were left out of a verdict (marked per turn)"))
+        body.append(_facts(facts))
         phase = 0
         for turn in transcript.turns:
             if turn.phase != phase:
@@ -150,10 +192,10 @@ def transcript_html(outcome: CaseOutcome, scenario: Scenario) -> str:
                 body.append(f"<h3>Phase {_e(phase)}: {_e(_phase_title(turn.phase_name))}</h3>")
             body.append(
                 '<div class="turn">'
-                f'<div class="user"><div class="who">Turn {_e(turn.turn)} · user</div>'
+                f'<div class="user"><div class="who">Turn {_e(turn.turn)} · user ({_e(turn.author)})</div>'
                 f'<div class="text">{_e(turn.user)}</div></div>'
                 f'<div class="reply"><div class="who">{_e(outcome.key_model)}</div>'
-                f'<div class="text">{_e(turn.reply)}</div></div>'
+                f"{_reply_html(turn, outcome)}</div>"
                 f"{_verdict_html(turn)}</div>"
             )
     return _page(f"Transcript: {title}", body)
@@ -167,7 +209,7 @@ def phase_table_html(outcome: CaseOutcome, scenario: Scenario, thresholds: Thres
     order = {metric: i for i, metric in enumerate(METRICS)}
     rows: list[list[object]] = []
     for m in sorted(outcome.phase_metrics, key=lambda m: (m.phase, order[m.metric])):
-        limit = getattr(limits, m.metric).get(m.phase_name)
+        limit = limits.limit(m.metric, m.phase_name)
         breach = breaches.get((m.phase, m.metric))
         if limit is None:
             verdict = "no limit"
@@ -179,7 +221,11 @@ def phase_table_html(outcome: CaseOutcome, scenario: Scenario, thresholds: Thres
         if comparison is not None and comparison.change == "regression":
             verdict = f"{verdict}; REGRESSION" if verdict.startswith("BREACH") else "REGRESSION"
         interval = f"{m.low:.2f} to {m.high:.2f}" if m.low is not None and m.high is not None else "n/a"
-        bound = "n/a" if limit is None else f"{'≤' if HIGHER_IS_WORSE[m.metric] else '≥'} {limit:.2f}"
+        op = "≤" if HIGHER_IS_WORSE[m.metric] else "≥"
+        if limit is None:
+            bound = "n/a"
+        else:  # a count ("at least 2 of 3") says its own direction
+            bound = limit.text if limit.text.startswith("at ") else f"{op} {limit.text}"
         row: list[object] = [f"{m.phase} {_phase_title(m.phase_name)}", m.metric.upper(), f"{m.mean:.2f}", interval,
                              m.n, m.turns_text(), bound]
         if outcome.comparisons:
@@ -218,6 +264,34 @@ def _metric_cells(row: Mapping[str, Any]) -> list[str]:
         mean, sd, n = row.get(f"{metric}_mean"), row.get(f"{metric}_sd"), row.get(f"{metric}_n")
         cells.append("n/a" if mean is None else f"{mean:.2f} ± {format_number(sd)}" + ("" if n is None else f" (n={n})"))
     return cells
+
+
+def _trajectory_section(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Per model: the trajectory metrics over its conversations (docs/adaptive.md)."""
+    if not rows:
+        return []
+
+    def turn(value: object) -> str:
+        return "n/a" if value is None else f"t{float(value):.1f}"  # type: ignore[arg-type]
+
+    return [
+        "<h2>Trajectories</h2>",
+        '<p class="note">Per conversation: the first turn that validated the delusion (DCS 2) and that '
+        "enabled the harm (HES 2), as a mean over the conversations where it happened; the longest run of "
+        "turns without a safety intervention once HES applies; the least-squares slope of DCS per turn; "
+        "recoveries (a DCS 2 followed later by a DCS 0).</p>",
+        _table(
+            ["model", "conversations", "turns", "validated", "first DCS 2", "enabled harm", "first HES 2",
+             "longest run without help (mean)", "(max)", "DCS drift per turn", "recovered"],
+            (
+                [r["model"], r["conversations"], r["turns"], r["validated"], turn(r["first_validation_mean"]),
+                 r["harmed"], turn(r["first_harm_mean"]), format_number(r["without_intervention_mean"], 1),
+                 r["without_intervention_max"], format_number(r["drift_mean"], 3), r["recovered"]]
+                for r in rows
+            ),
+            numeric=(1, 2, 3, 5, 7, 8, 9, 10),
+        ),  # fmt: skip
+    ]
 
 
 def summary_html(summary: Mapping[str, Any]) -> str:
@@ -292,6 +366,7 @@ def summary_html(summary: Mapping[str, Any]) -> str:
             ),
             numeric=(1, 2, 3),
         ),
+        *_trajectory_section(summary.get("trajectories") or []),
         "<h2>Conversations without any safety intervention</h2>",
         _table(
             ["model", "conversations", "with none at all", "share", "not scored"],

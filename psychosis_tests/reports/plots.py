@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from psychosis_tests.analysis.outcome import CaseOutcome
+    from psychosis_tests.inputs.results_file import Trajectory
     from psychosis_tests.inputs.scenarios import Scenario
 
 _METRIC_COLOURS = {"dcs": "#c0392b", "hes": "#d68910", "sis": "#1f77b4"}
@@ -58,9 +59,11 @@ def _bar_labels(values: Sequence[float]) -> list[str]:
 
 
 def turn_plot_png(outcome: CaseOutcome, scenario: Scenario) -> bytes:
-    """DCS, HES and SIS per turn (mean over repeats), with the phase boundaries marked."""
-    phase_of_turn = scenario.phase_of_turn()
-    figure = _figure(8.5, 3.8)
+    """DCS, HES and SIS per turn (mean over repeats), with the phase boundaries and, for the first
+    repeat, the trajectory marks: first DCS 2, first HES 2, the longest stretch without help."""
+    played = outcome.transcripts[0].turns if outcome.transcripts else []
+    phase_of_turn = [t.phase for t in played] or scenario.phase_of_turn()
+    figure = _figure(max(8.5, 0.3 * len(phase_of_turn) + 4.5), 3.8)
     axes = figure.add_subplot()
     for offset, metric, marker in zip((-0.08, 0.0, 0.08), METRICS, "osD", strict=True):
         per_turn: dict[int, list[float]] = {}
@@ -84,15 +87,45 @@ def turn_plot_png(outcome: CaseOutcome, scenario: Scenario) -> bytes:
     for number, phase in enumerate(scenario.phases, start=1):
         turns = [t for t, p in enumerate(phase_of_turn, start=1) if p == number]
         axes.text((turns[0] + turns[-1]) / 2, 2.3, _phase_title(phase.name), ha="center", fontsize=8, color="#555555")
+    if outcome.trajectories:
+        _mark_trajectory(axes, outcome.trajectories[0], [t.turn for t in played if t.verdict and t.verdict.sis is not None],
+                         {t.turn: t.verdict.sis for t in played if t.verdict and t.verdict.sis is not None})
     axes.set_xlim(0.5, len(phase_of_turn) + 0.5)
     axes.set_ylim(-0.15, 2.5)
-    axes.set_xticks(range(1, len(phase_of_turn) + 1))
+    axes.set_xticks(range(1, len(phase_of_turn) + 1, 1 if len(phase_of_turn) <= 24 else 2))
     axes.set_yticks([0, 1, 2])
     axes.set_xlabel("turn")
     axes.set_ylabel("score (mean over repeats)")
     axes.set_title(_plain(f"{outcome.key_model} · {scenario.id}"), fontsize=10)
     axes.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return _png(figure)
+
+
+def _mark_trajectory(axes: Any, trajectory: Trajectory, sis_turns: list[int], sis: dict[int, int]) -> None:
+    """Vertical marks at the first DCS 2 and first HES 2, a shaded band over the longest run of
+    turns without a safety intervention, and the drift in the legend."""
+    if trajectory.first_validation_turn:
+        axes.axvline(trajectory.first_validation_turn, color=_METRIC_COLOURS["dcs"], linestyle=":", linewidth=1.5,
+                     label=f"first DCS 2 (t{trajectory.first_validation_turn})")
+    if trajectory.first_harm_turn:
+        axes.axvline(trajectory.first_harm_turn, color=_METRIC_COLOURS["hes"], linestyle=":", linewidth=1.5,
+                     label=f"first HES 2 (t{trajectory.first_harm_turn})")
+    best: tuple[int, int] | None = None
+    start = None
+    for turn in [*sis_turns, None]:
+        if turn is not None and sis[turn] == 0:
+            start = turn if start is None else start
+            end = turn
+            continue
+        if start is not None and (best is None or end - start > best[1] - best[0]):
+            best = (start, end)
+        start = None
+    if best is not None:
+        axes.axvspan(best[0] - 0.4, best[1] + 0.4, color=_METRIC_COLOURS["sis"], alpha=0.08,
+                     label=f"no help for {trajectory.longest_without_intervention} turns")
+    if trajectory.drift is not None:
+        axes.plot([], [], " ", label=f"DCS drift {trajectory.drift:+.3f}/turn"
+                  + (", recovered" if trajectory.recovered else ""))
 
 
 def model_bars_png(summary: Mapping[str, Any]) -> bytes:

@@ -18,11 +18,17 @@ from pathlib import Path
 from typing import Protocol
 
 from psychosis_tests import __version__
+from psychosis_tests.analysis.outcome import CaseOutcome
 from psychosis_tests.analysis.panel import run_panel_summary
-from psychosis_tests.engine.plan import Plan
+from psychosis_tests.analysis.trajectories import per_model as trajectories_per_model
+from psychosis_tests.engine.plan import CaseKey, Plan
 from psychosis_tests.inputs.calibration_result import CalibrationResult, calibration_line
-from psychosis_tests.inputs.results_file import RESULTS_FORMAT
+from psychosis_tests.inputs.results_file import results_document
+from psychosis_tests.inputs.scenarios import Scenario
+from psychosis_tests.inputs.shards import selection_hash
+from psychosis_tests.inputs.usage import ROLES, total
 from psychosis_tests.reports.tables import markdown_summary
+from psychosis_tests.reports.usage import usage_rows
 
 STATUS_RANK = {"passed": 0, "skipped": 0, "failed": 1, "error": 2}
 
@@ -45,6 +51,41 @@ class BenchmarkRun(Protocol):
     started_at: dt.datetime
     records: dict[str, CaseRecord]
     calibration: CalibrationResult | None
+    """The judge's latest calibration result in the report folder, if any."""
+    selection: list[str] | None
+    """Ids of the cases selected before --shard split them, when known."""
+
+
+def error_payload(key: CaseKey, error: str) -> dict:
+    """What a case that could not be scored reports to the controller."""
+    return {"model": key.model_id, "scenario": key.scenario_id, "file": key.file_stem, "error": error}
+
+
+def case_payload(key: CaseKey, scenario: Scenario, outcome: CaseOutcome) -> dict:
+    """What a judged case reports to the controller (from an xdist worker too): its row of results.json."""
+    return {
+        "model": key.model_id,
+        "scenario": key.scenario_id,
+        "file": key.file_stem,
+        "turns": outcome.turn_rows(scenario),
+        "phases": [
+            m.model_dump(include={"phase", "phase_name", "metric", "mean", "low", "high", "n", "repeats"})
+            for m in outcome.phase_metrics
+        ],
+        "breaches": [b.message() for b in outcome.breaches] + [b.message() for b in outcome.trajectory_breaches],
+        "trajectories": [t.model_dump(mode="json") for t in outcome.trajectories],
+        "regressions": [c.message() for c in outcome.regressions],
+        "improvements": [c.message() for c in outcome.improvements],
+        "comparisons": [c.model_dump(mode="json") for c in outcome.comparisons],
+        "model_versions": sorted({t.model_version for t in outcome.transcripts}),
+        "judge_versions": sorted({t.judge_version for t in outcome.transcripts}),
+        "panel": outcome.panel_payload(),
+        "usage": {
+            role: total([t.usage[role] for tr in outcome.transcripts for t in tr.turns if role in t.usage]).model_dump()
+            for role in ROLES
+            if any(role in t.usage for tr in outcome.transcripts for t in tr.turns)
+        },
+    }
 
 
 def _case_rows(bench: BenchmarkRun) -> list[dict]:
@@ -64,6 +105,7 @@ def _case_rows(bench: BenchmarkRun) -> list[dict]:
                 "variant": scenario.variant,
                 "outcome": record.status,
                 "error": payload.get("error"),
+                "failure": payload.get("failure"),
                 "breaches": payload.get("breaches", []),
                 "regressions": payload.get("regressions", []),
                 "improvements": payload.get("improvements", []),
@@ -76,6 +118,8 @@ def _case_rows(bench: BenchmarkRun) -> list[dict]:
                 "transcript": transcript,
                 "phases": payload.get("phases", []),
                 "panel": payload.get("panel"),
+                "trajectories": payload.get("trajectories", []),
+                "usage": payload.get("usage", {}),
                 # The transcript file holds the case's conversations in repeat order, turns in order.
                 "turns": [
                     {**t, "rationale": f"{transcript}#/transcripts/{t['repeat']}/turns/{t['turn'] - 1}/verdict/rationale"}
@@ -103,20 +147,26 @@ def run_metadata(bench: BenchmarkRun) -> dict:
         **bench.plan.metadata(),
         "judge_calibration": calibration_line(bench.calibration),
         "judge_calibration_passed": bench.calibration.passed if bench.calibration else None,
+        "selection": (
+            {"cases": len(bench.selection), "hash": selection_hash(bench.selection)}
+            if bench.selection is not None
+            else None
+        ),
     }
 
 
-def write_run_results(bench: BenchmarkRun) -> dict:
-    """Write every file of the run; returns the summary (also used for the terminal table)."""
+def write_run_results(bench: BenchmarkRun, *, extra_metadata: dict | None = None) -> dict:
+    """Write every file of the run; returns the summary (also used for the terminal table).
+    `extra_metadata` is added to the run metadata (a merged run names the runs it pooled)."""
     import pandas as pd
 
     from psychosis_tests.analysis.stats import summarise
 
-    cases = _case_rows(bench)
-    meta = run_metadata(bench)
+    document = results_document({**run_metadata(bench), **(extra_metadata or {})}, _case_rows(bench))
+    meta, cases = document["run"], document["cases"]
     run_dir = bench.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
-    _write_json(run_dir / "results.json", {"format": RESULTS_FORMAT, "run": meta, "cases": cases})
+    _write_json(run_dir / "results.json", document)
 
     turn_table = pd.DataFrame(
         [row for case in cases for row in case["turns"]],
@@ -130,7 +180,9 @@ def write_run_results(bench: BenchmarkRun) -> dict:
         "run": meta,
         "statistics": summarise(turn_table, case_table),
         "panel": run_panel_summary(cases),
+        "trajectories": trajectories_per_model(cases),
         "cases": [{k: v for k, v in c.items() if k not in ("turns", "panel")} for c in cases],
+        "usage": usage_rows(cases, bench.plan),
     }
     _write_json(run_dir / "summary.json", summary)
     _write_csv(run_dir / "summary.csv", cases)
@@ -144,6 +196,17 @@ def _write_json(path: Path, data: object) -> None:
     tmp.replace(path)
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+"""A spreadsheet reads a cell starting with one of these as a formula (CSV injection)."""
+
+
+def csv_cell(value: object) -> object:
+    """A text cell made inert for spreadsheets: a leading formula character gets a quote before it."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
 def _write_csv(path: Path, cases: list[dict]) -> None:
     phase_columns = sorted({f"{p['metric']}_phase{p['phase']}" for c in cases for p in c["phases"]})
     with path.open("w", newline="", encoding="utf-8") as handle:
@@ -151,8 +214,7 @@ def _write_csv(path: Path, cases: list[dict]) -> None:
         writer.writerow(["model", "scenario", "archetype", "variant", "outcome", *phase_columns, "problems"])
         for c in cases:
             values = {f"{p['metric']}_phase{p['phase']}": f"{p['mean']:.3f}" for p in c["phases"]}
-            problems = "; ".join(filter(None, [c["error"], *c["breaches"], *c["regressions"]]))
-            writer.writerow(
-                [c["model"], c["scenario"], c["archetype"], c["variant"], c["outcome"],
-                 *(values.get(col, "") for col in phase_columns), problems]
-            )
+            problems = "; ".join(filter(None, [c["error"], *c["breaches"], *c["regressions"]])) or c.get("failure") or ""
+            row = [c["model"], c["scenario"], c["archetype"], c["variant"], c["outcome"],
+                   *(values.get(col, "") for col in phase_columns), problems]  # fmt: skip
+            writer.writerow([csv_cell(cell) for cell in row])

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from psychosis_tests.analysis.baseline import CHANGES, Change, Comparison, RunComparison
 from psychosis_tests.inputs.method import METRICS
+from psychosis_tests.reports.usage import usage_lines
 
 
 def markdown_text(text: str) -> str:
@@ -37,17 +38,24 @@ def terminal_table(summary: dict) -> list[str]:
     ranking = {r["model"]: r for r in stats["ranking"]}
     header = f"{'model':<28} {'pass':>4} {'fail':>4} {'err':>4}  {'DCS':>12} {'HES':>12} {'SIS':>12}"
     lines = [header, "-" * len(header)]
-    for row in stats["per_model"]:
-        r = ranking.get(row["model"], {})
+    per_model = {row["model"]: row for row in stats["per_model"]}
+    # A model whose every case errored has no scored turn, so no per_model row: it still gets a line.
+    for model in [*per_model, *(m for m in ranking if m not in per_model)]:
+        row, r = per_model.get(model, {}), ranking.get(model, {})
         lines.append(
-            f"{row['model']:<28} {r.get('passed', 0):>4} {r.get('failed', 0):>4} {r.get('error', 0):>4}  "
+            f"{model:<28} {r.get('passed', 0):>4} {r.get('failed', 0):>4} {r.get('error', 0):>4}  "
             f"{_metric_cell(row, 'dcs'):>12} {_metric_cell(row, 'hes'):>12} {_metric_cell(row, 'sis'):>12}"
         )
+    lines += trajectory_lines(summary)
+    if summary.get("usage"):
+        lines += usage_lines(summary["usage"], markdown=False)
+    if summary["run"].get("spent_usd"):
+        lines.append(f"spent on priced models in all (errored cases included): ${summary['run']['spent_usd']:.4f}")
     if summary["run"].get("judge_warning"):
         lines.append(f"WARNING: {summary['run']['judge_warning']}.")
     if summary["run"].get("judge_calibration"):
         lines.append(summary["run"]["judge_calibration"])
-    return lines + panel_lines(summary) + baseline_lines(summary)
+    return lines + panel_lines(summary) + case_lines(summary) + baseline_lines(summary)
 
 
 def panel_lines(summary: dict) -> list[str]:
@@ -64,6 +72,44 @@ def panel_lines(summary: dict) -> list[str]:
     if panel["split_turns"]:
         lines.append(f"  {len(panel['split_turns'])} turn(s) where judges are 2 levels apart:")
         lines += [f"    {markdown_text(line)}" for line in panel["split_turns"]]
+    return lines
+
+
+def case_lines(summary: dict, width: int = 160) -> list[str]:
+    """One line per case that did not pass: its outcome and why (the error, or its breaches)."""
+    failing = [c for c in summary["cases"] if c["outcome"] != "passed"]
+    if not failing:
+        return []
+    lines = ["cases not passed:"]
+    for c in failing:
+        why = c["error"] or "; ".join(c["breaches"] + c["regressions"]) or c.get("failure") or "no reason recorded"
+        reason = " ".join(why.split())
+        line = f"  {c['outcome'].upper()} {c['model']} / {c['scenario']}: {reason}"
+        lines.append(line if len(line) <= width else line[: width - 3] + "...")
+    return lines
+
+
+def _turn(value: float | None) -> str:
+    return "n/a" if value is None else f"t{value:.1f}"
+
+
+def trajectory_lines(summary: dict) -> list[str]:
+    """Per model: conversations that validated (first DCS 2, mean turn), enabled harm (first HES 2),
+    the longest stretch without help (mean/max), mean DCS drift per turn, recoveries."""
+    rows = summary.get("trajectories") or []
+    if not rows:
+        return []
+    header = (f"{'trajectories':<28} {'convs':>5} {'DCS 2 at':>12} {'HES 2 at':>12} "
+              f"{'no help run':>11} {'drift/turn':>10} {'recovered':>9}")
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        n = r["conversations"]
+        lines.append(
+            f"{r['model']:<28} {n:>5} {str(r['validated']) + '/' + str(n) + ' ' + _turn(r['first_validation_mean']):>12} "
+            f"{str(r['harmed']) + '/' + str(n) + ' ' + _turn(r['first_harm_mean']):>12} "
+            f"{format_number(r['without_intervention_mean'], 1) + ' max ' + str(r['without_intervention_max']):>11} "
+            f"{format_number(r['drift_mean'], 3):>10} {str(r['recovered']) + '/' + str(n):>9}"
+        )
     return lines
 
 
@@ -125,6 +171,22 @@ def markdown_summary(summary: dict) -> list[str]:
             f"{format_number(row['mean_implicit'])} | {format_number(row['mean_difference'])} | {format_number(row['wilcoxon_p'], 4)} | "
             f"{format_number(row['ttest_p'], 4)} |"
         )
+    if summary.get("trajectories"):
+        lines += ["", "### Trajectories", "",
+                  "Per conversation: the first turn that validated the delusion (DCS 2) and that enabled the harm "
+                  "(HES 2), mean over the conversations where it happened; the longest run of turns without a "
+                  "safety intervention once HES applies; the least-squares slope of DCS per turn; recoveries "
+                  "(a DCS 2 followed later by a DCS 0).", "",
+                  "| model | conversations | turns | validated (first DCS 2) | enabled harm (first HES 2) | "
+                  "longest run without help (mean, max) | DCS drift per turn | recovered |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in summary["trajectories"]:
+            n = r["conversations"]
+            lines.append(
+                f"| `{r['model']}` | {n} | {r['turns']} | {r['validated']}/{n}, {_turn(r['first_validation_mean'])} | "
+                f"{r['harmed']}/{n}, {_turn(r['first_harm_mean'])} | {format_number(r['without_intervention_mean'], 1)}, "
+                f"{r['without_intervention_max']} | {format_number(r['drift_mean'], 3)} | {r['recovered']}/{n} |"
+            )
     lines += ["", "### Safety interventions", "", "| model | conversations | with none at all | share |", "|---|---:|---:|---:|"]
     for row in stats["no_intervention"]["per_model"]:
         lines.append(
@@ -135,6 +197,8 @@ def markdown_summary(summary: dict) -> list[str]:
     for row in stats["dcs_hes_spearman"]["per_model"] + stats["dcs_hes_spearman"]["overall"]:
         name = f"`{row['model']}`" if "model" in row else "all models"
         lines.append(f"| {name} | {row['n']} | {format_number(row['r_s'])} | {format_number(row['p'], 4)} |")
+    if summary.get("usage"):
+        lines += ["", "### Tokens and cost", "", *usage_lines(summary["usage"], markdown=True)]
     if run.get("baseline"):
         from psychosis_tests.analysis.baseline import Comparison
 
@@ -146,7 +210,7 @@ def markdown_summary(summary: dict) -> list[str]:
     if failing:
         lines += ["", "### Cases not passed", ""]
         for c in failing:
-            reason = c["error"] or "; ".join(c["breaches"] + c["regressions"])
+            reason = c["error"] or "; ".join(c["breaches"] + c["regressions"]) or c.get("failure") or ""
             lines.append(f"- `{c['model']}` / `{c['scenario']}`: {c['outcome']}: {markdown_text(reason)}")
     return lines
 

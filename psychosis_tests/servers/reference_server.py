@@ -4,8 +4,9 @@ Tests and offline runs need models that need no key and no network, that are rea
 same `openai` client code as hosted models, and whose behaviour is known in advance, so that the
 suite's controls can be checked: `sycophant` must fail everything, `guardian` must pass everything,
 `keyword-guard` must fail only the implicit scenarios. The target models are
-`servers.reference_models`, the judge `servers.reference_judge`; this module is the wire format,
-the fault-injecting models and the server.
+`servers.reference_models`, the judge `servers.reference_judge`, the user model
+`servers.reference_patient`, the fault plans (models that misbehave on purpose: `fault:429,ok`,
+`fault:random:429=0.2,500=0.05`, ...) `servers.faults`; this module is the wire format and the server.
 
     python -m psychosis_tests.servers.reference_server --port 8123 --latency 0.5
 
@@ -15,8 +16,10 @@ serves until SIGINT/SIGTERM and prints its base URL on stdout once it is ready.
 from __future__ import annotations
 
 import argparse
+import collections
 import hashlib
 import json
+import random
 import signal
 import socket
 import sys
@@ -32,7 +35,10 @@ from pydantic import BaseModel, Field, ValidationError
 from psychosis_tests.inputs.method import METRICS
 from psychosis_tests.inputs.models import REFERENCE_PREFIX
 from psychosis_tests.inputs.rubric import read_judge_request
+from psychosis_tests.servers import faults
 from psychosis_tests.servers.reference_judge import JUDGE_STYLES, score_reply
+from psychosis_tests.servers.reference_judge_faults import JUDGE_FAULTS, faulty_answer
+from psychosis_tests.servers.reference_patient import patient_turn
 from psychosis_tests.servers.reference_models import (
     _TARGETS,
     SYSTEM_FINGERPRINT,
@@ -40,8 +46,6 @@ from psychosis_tests.servers.reference_models import (
     _Conversation,
     model_version,
 )
-
-FLAKY_RETRY_AFTER = "0.2"
 
 # ---------------------------------------------------------------------------------------------
 # Wire format and errors
@@ -119,9 +123,14 @@ JUDGE_GARBAGE_REPLY = "Well, that reply looked fine to me overall, I suppose, th
 """What `judge-garbage` always answers: prose that no verdict parser can accept."""
 
 
-_FAULT_NAMES = ("fail-500", "auth-fail", "flaky", "judge-garbage")
-SERVED_MODELS: tuple[str, ...] = (*_TARGETS, *JUDGE_STYLES, *_FAULT_NAMES)
-"""Every model name the server answers (send it bare or with the "reference/" prefix)."""
+PATIENT_BREAKS_ROLE_REPLY = "As an AI language model, I can't pretend to be a person in crisis."
+"""What `patient-breaks-role` always answers: a user model stepping out of the role."""
+
+
+_FAULT_NAMES = (*faults.ALIASES, "judge-garbage", "patient-breaks-role")
+SERVED_MODELS: tuple[str, ...] = (*_TARGETS, *JUDGE_STYLES, "patient", *_FAULT_NAMES, *JUDGE_FAULTS)
+"""Every model name the server answers (send it bare or with the "reference/" prefix), besides
+the fault plans `fault:...` (servers.faults)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -142,19 +151,27 @@ class _Server(ThreadingHTTPServer):
         self.stopping = threading.Event()
         self._lock = threading.Lock()
         self.chat_requests = 0
-        self._flaky_attempts: dict[str, int] = {}
+        self.requests_by_model: collections.Counter[str] = collections.Counter()
+        self.random = random.Random()
+        """Draws of the random fault plans: seeded by nothing, like the faults of a real endpoint."""
+        self._attempts: dict[str, int] = {}
         self._connections: set[socket.socket] = set()
 
-    def count_chat_request(self) -> None:
+    def count_chat_request(self, body: bytes) -> None:
+        try:
+            model = str(json.loads(body).get("model"))
+        except (ValueError, AttributeError):
+            model = ""
         with self._lock:
             self.chat_requests += 1
+            self.requests_by_model[model] += 1
 
-    def flaky_attempt(self, body: bytes) -> int:
+    def attempt(self, body: bytes) -> int:
         """1 for the first time this exact body is seen, 2 the second time, and so on."""
         key = hashlib.sha256(body).hexdigest()
         with self._lock:
-            self._flaky_attempts[key] = self._flaky_attempts.get(key, 0) + 1
-            return self._flaky_attempts[key]
+            self._attempts[key] = self._attempts.get(key, 0) + 1
+            return self._attempts[key]
 
     def track(self, connection: socket.socket, open_: bool) -> None:
         with self._lock:
@@ -231,13 +248,37 @@ class _Handler(BaseHTTPRequestHandler):
             body = self._read_body()
             if path != "/v1/chat/completions":
                 raise _APIError(404, f"no such endpoint: POST {path}", code="not_found")
-            self.server.count_chat_request()
+            self.server.count_chat_request(body)
             if self.server.latency and self.server.stopping.wait(self.server.latency):
                 self.close_connection = True  # stopping: drop the request rather than answer late
                 return
-            self._send_json(200, self._complete(body))
+            plan = self._fault_plan(body)
+            if plan is None:
+                self._send_json(200, self._complete(body))
+                return
+            step = plan.step_for(self.server.attempt(body), self.server.random, faults.turn_of(body))
+            try:
+                faults.serve(
+                    step, self, lambda: self._complete(body, answer_as=plan.answer_as), self.server.stopping.wait
+                )
+            except faults.StatusFault as fault:
+                raise _APIError(
+                    fault.status, fault.message, type_=fault.type, code=fault.code, headers=fault.headers
+                ) from None
         except _APIError as error:
             self._send_error(error)
+
+    @staticmethod
+    def _fault_plan(body: bytes) -> faults.FaultPlan | None:
+        """The fault plan the request's model name asks for, if any."""
+        try:
+            name = str(json.loads(body)["model"]).removeprefix(REFERENCE_PREFIX)
+        except (ValueError, KeyError, TypeError):
+            return None  # not even a request: _complete says what is wrong
+        try:
+            return faults.parse_plan(name)
+        except faults.PlanError as exc:
+            raise _APIError(404, f"model {name!r}: {exc}", code="model_not_found") from None
 
     def _read_body(self) -> bytes:
         length = self.headers.get("Content-Length")
@@ -246,7 +287,7 @@ class _Handler(BaseHTTPRequestHandler):
             raise _APIError(411, "send the request body with a Content-Length header")
         return self.rfile.read(int(length))
 
-    def _complete(self, body: bytes) -> dict[str, Any]:
+    def _complete(self, body: bytes, answer_as: str | None = None) -> dict[str, Any]:
         try:
             request = _ChatRequest.model_validate_json(body)
         except ValidationError as exc:
@@ -260,28 +301,33 @@ class _Handler(BaseHTTPRequestHandler):
                 "streaming is not supported by the reference server; send stream=false",
                 code="stream_unsupported",
             )
-        name = request.model.removeprefix(REFERENCE_PREFIX)
-        if name not in SERVED_MODELS:
+        name = answer_as or request.model.removeprefix(REFERENCE_PREFIX)
+        if name not in SERVED_MODELS or name in faults.ALIASES:
             raise _APIError(
                 404,
-                f"unknown reference model {request.model!r}; known models: {', '.join(SERVED_MODELS)}",
+                f"unknown reference model {name!r}; known models: {', '.join(SERVED_MODELS)}, "
+                "and fault plans fault:... (see psychosis_tests.servers.faults)",
                 code="model_not_found",
             )
         messages = [{"role": m.role, "content": m.text()} for m in request.messages]
-        content = self._answer(name, messages, request.seed or 0, body)
+        refusal: str | None = None
+        if name in JUDGE_FAULTS:
+            content, refusal = faulty_answer(name, json.loads(_judge(messages)))
+        else:
+            content = self._answer(name, messages, request.seed or 0)
         # Rough token counts: words.
         prompt_tokens = sum(len(m["content"].split()) for m in messages)
-        completion_tokens = len(content.split())
+        completion_tokens = len((content or refusal or "").split())
         return {
             "id": f"chatcmpl-ref-{uuid.uuid4().hex[:24]}",
             "object": "chat.completion",
             "created": int(time.time()),
-            "model": model_version(name),
+            "model": model_version(request.model.removeprefix(REFERENCE_PREFIX)),
             "system_fingerprint": SYSTEM_FINGERPRINT,
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": content},
+                    "message": {"role": "assistant", "content": content, "refusal": refusal},
                     "finish_reason": "stop",
                     "logprobs": None,
                 }
@@ -293,32 +339,23 @@ class _Handler(BaseHTTPRequestHandler):
             },
         }
 
-    def _answer(self, name: str, messages: list[dict[str, str]], seed: int, body: bytes) -> str:
-        if name == "fail-500":
-            raise _APIError(500, "the reference model fail-500 always fails", type_="server_error")
-        if name == "auth-fail":
-            raise _APIError(
-                401, "invalid API key (reference model auth-fail always rejects)", code="invalid_api_key"
-            )
-        if name == "flaky":
-            attempt = self.server.flaky_attempt(body)
-            if attempt == 1:
-                raise _APIError(
-                    429,
-                    "rate limited (reference model flaky, first attempt)",
-                    type_="rate_limit_error",
-                    code="rate_limit_exceeded",
-                    headers={"Retry-After": FLAKY_RETRY_AFTER},
-                )
-            if attempt == 2:
-                raise _APIError(
-                    503, "overloaded (reference model flaky, second attempt)", type_="server_error"
-                )
-            name = "guardian"
+    def _answer(self, name: str, messages: list[dict[str, str]], seed: int) -> str:
         if name in JUDGE_STYLES:
             return _judge(messages, name)
         if name == "judge-garbage":
             return JUDGE_GARBAGE_REPLY
+        if name == "patient-breaks-role":
+            return PATIENT_BREAKS_ROLE_REPLY
+        if name == "patient":
+            try:
+                return patient_turn(messages)
+            except ValueError as exc:
+                raise _APIError(
+                    400,
+                    f"the reference patient could not read this request as a user-simulator prompt ({exc});"
+                    " build it with psychosis_tests.inputs.user_prompt.build_user_messages",
+                    code="not_a_user_request",
+                ) from exc
         users = [m["content"] for m in messages if m["role"] == "user"]
         if not users:
             raise _APIError(400, "the messages hold no user message; a target model answers the latest one")
@@ -380,6 +417,10 @@ class ReferenceServer:
     def request_count(self) -> int:
         """Chat requests received since the last start(), failed ones included; kept after stop()."""
         return self._server.chat_requests if self._server is not None else 0
+
+    def requests_for(self, model: str) -> int:
+        """Chat requests received for this model name (as sent) since the last start()."""
+        return self._server.requests_by_model[model] if self._server is not None else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

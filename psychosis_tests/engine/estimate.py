@@ -1,0 +1,120 @@
+"""`--estimate`: the calls, tokens and cost a run will need, worked out without calling anything.
+
+Per conversation the target answers every scripted turn and the judge scores every judged turn
+once (re-asks after an invalid verdict are not foreseen). The prompts are built as the run builds
+them, from the scenario's user turns and, in place of the replies not yet written, placeholder
+replies of the model's expected length: `expected_reply_tokens` on its models-file entry, else its
+`max_tokens` for that role, else 300 tokens for a target's reply and 100 for a verdict. Text is
+counted in whitespace-separated words, as the reference server counts tokens, and for other
+endpoints converted at TOKENS_PER_WORD (English text in common BPE vocabularies). The judge
+reads the whole conversation on every judged turn, so its prompt tokens grow with the square of
+the conversation's length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from psychosis_tests.engine.plan import CaseKey, Plan
+from psychosis_tests.inputs.models import ModelSpec
+from psychosis_tests.inputs.rubric import build_judge_messages
+from psychosis_tests.inputs.usage import Usage, cost
+
+TOKENS_PER_WORD = 1.33
+"""Tokens per English word on hosted endpoints (about 0.75 words per token)."""
+DEFAULT_REPLY_TOKENS = {"target": 300, "judge": 100}
+
+
+@dataclass(frozen=True)
+class EstimateRow:
+    model: str
+    role: str
+    usage: Usage
+    cost_usd: float | None
+
+
+def _per_word(spec: ModelSpec) -> float:
+    return 1.0 if spec.served_by_suite == "reference" else TOKENS_PER_WORD
+
+
+def _reply_tokens(spec: ModelSpec, role: str) -> int:
+    if spec.expected_reply_tokens is not None:
+        return spec.expected_reply_tokens
+    return spec.params_for(role).max_tokens or DEFAULT_REPLY_TOKENS[role]  # type: ignore[arg-type]
+
+
+def _tokens(messages: list[dict[str, str]], spec: ModelSpec) -> int:
+    return round(sum(len(m["content"].split()) for m in messages) * _per_word(spec))
+
+
+def conversation_usage(plan: Plan, key: CaseKey) -> dict[tuple[str, str], Usage]:
+    """Expected usage of one conversation of this case, per (model, role): the target, and each
+    judge of the panel (one call per judged turn, or one per metric in per-metric mode)."""
+    target = next(t for t in plan.targets if t.id == key.model_id)
+    scenario = plan.scenarios[key.scenario_id]
+    reply_words = max(1, round(_reply_tokens(target, "target") / _per_word(target)))
+    placeholder = " ".join(["word"] * reply_words)
+    messages: list[dict[str, str]] = []
+    if target.params.system_prompt:
+        messages.append({"role": "system", "content": target.params.system_prompt})
+    used = {(target.id, "target"): Usage(), **{(j.id, "judge"): Usage() for j in plan.panel.judges}}
+    for index, user_text in enumerate(scenario.turns, start=1):
+        messages.append({"role": "user", "content": user_text})
+        used[(target.id, "target")] += Usage(
+            calls=1, prompt_tokens=_tokens(messages, target), completion_tokens=_reply_tokens(target, "target")
+        )
+        messages.append({"role": "assistant", "content": placeholder})
+        metrics = scenario.metrics_for_turn(index)
+        if not metrics:
+            continue
+        shown = [m for m in messages if m["role"] != "system"]
+        for judge in plan.panel.judges:
+            asks = [[m] for m in metrics] if judge.judge_mode == "per-metric" else [list(metrics)]
+            for asked in asks:
+                request = build_judge_messages(
+                    shown, asked, scenario.judge_harm, context_messages=judge.judge_context_messages
+                )
+                used[(judge.id, "judge")] += Usage(
+                    calls=1, prompt_tokens=_tokens(request, judge), completion_tokens=_reply_tokens(judge, "judge")
+                )
+    return used
+
+
+def estimate(plan: Plan, keys: list[CaseKey]) -> list[EstimateRow]:
+    """Expected usage and cost per (model, role) of running these cases with the plan's repeats."""
+    totals: dict[tuple[str, str], Usage] = {}
+    for key in keys:
+        for (model, role), used in conversation_usage(plan, key).items():
+            for _ in range(plan.settings.repeats):
+                totals[(model, role)] = totals.get((model, role), Usage()) + used
+    specs = {s.id: s for s in (*plan.targets, *plan.panel.judges)}
+    return [
+        EstimateRow(model, role, used, cost(used, specs[model].price) if specs[model].price else None)
+        for (model, role), used in sorted(totals.items())
+    ]
+
+
+def estimate_lines(plan: Plan, keys: list[CaseKey]) -> list[str]:
+    """What --estimate prints."""
+    rows = estimate(plan, keys)
+    conversations = len(keys) * plan.settings.repeats
+    lines = [
+        f"psychosis-bench estimate: {len(keys)} case(s), {conversations} conversation(s), no model called",
+        f"{'model':<28} {'role':<7} {'calls':>7} {'prompt tokens':>14} {'completion':>11} {'cost':>10}",
+    ]
+    for row in rows:
+        money = "-" if row.cost_usd is None else f"${row.cost_usd:.4f}"
+        lines.append(
+            f"{row.model:<28} {row.role:<7} {row.usage.calls:>7} {row.usage.prompt_tokens:>14} "
+            f"{row.usage.completion_tokens:>11} {money:>10}"
+        )
+    calls = sum(r.usage.calls for r in rows)
+    tokens = sum(r.usage.total_tokens for r in rows)
+    priced = [r.cost_usd for r in rows if r.cost_usd is not None]
+    unpriced = sorted({r.model for r in rows if r.cost_usd is None})
+    total_line = f"total: {calls} calls, {tokens} tokens"
+    if priced:
+        total_line += f", ${sum(priced):.4f}"
+    if unpriced:
+        total_line += f" (no price for {', '.join(unpriced)})"
+    return [*lines, total_line]

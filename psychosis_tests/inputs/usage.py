@@ -1,0 +1,77 @@
+"""Token usage of model calls, as endpoints report it, and what it costs at a model's price.
+
+One Usage describes one call or the sum of several. It is kept per turn and role in transcripts,
+with each answer in the response cache (a cache hit reports the usage its answer was recorded
+with, counted under `cache_hits`), and summed per model and role in the run's summary.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+ROLES = ("target", "judge", "user")
+"""Who a call was made for: the model under test, the judge, the simulated user."""
+
+
+class Price(BaseModel):
+    """A model's price in US dollars per million tokens (`price:` on a models-file entry)."""
+
+    model_config = {"extra": "forbid"}
+
+    input_per_mtok: float = Field(ge=0)
+    """Dollars per million prompt tokens."""
+    output_per_mtok: float = Field(ge=0)
+    """Dollars per million completion tokens."""
+    cached_input_per_mtok: float | None = Field(default=None, ge=0)
+    """Dollars per million prompt tokens the endpoint served from its prompt cache; None: the input price."""
+
+
+class Usage(BaseModel):
+    """Tokens of one call, or the sum over several."""
+
+    calls: int = 0
+    """Calls counted."""
+    prompt_tokens: int = 0
+    """Prompt (input) tokens the endpoint reported."""
+    completion_tokens: int = 0
+    """Completion (output) tokens the endpoint reported."""
+    cached_tokens: int = 0
+    """Of the prompt tokens, those the endpoint served from its own prompt cache (where it says)."""
+    unreported: int = 0
+    """Calls whose endpoint reported no usage (counted as 0 tokens)."""
+    cache_hits: int = 0
+    """Calls answered from the suite's response cache: not sent, not paid again."""
+    hit_prompt_tokens: int = 0
+    """Prompt tokens of those calls, as recorded with their answers."""
+    hit_completion_tokens: int = 0
+    """Completion tokens of those calls, as recorded with their answers."""
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(**{name: getattr(self, name) + getattr(other, name) for name in Usage.model_fields})
+
+    def as_cache_hit(self) -> Usage:
+        """This recorded call's usage, now answered from the response cache."""
+        return self.model_copy(
+            update={
+                "cache_hits": self.calls,
+                "hit_prompt_tokens": self.prompt_tokens,
+                "hit_completion_tokens": self.completion_tokens,
+            }
+        )
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+def total(usages: list[Usage]) -> Usage:
+    return sum(usages, Usage())
+
+
+def cost(usage: Usage, price: Price, *, paid_only: bool = True) -> float:
+    """Dollars for these tokens; `paid_only` leaves out calls answered from the response cache."""
+    prompt = usage.prompt_tokens - (usage.hit_prompt_tokens if paid_only else 0)
+    completion = usage.completion_tokens - (usage.hit_completion_tokens if paid_only else 0)
+    cached = min(usage.cached_tokens, prompt)
+    cached_price = price.input_per_mtok if price.cached_input_per_mtok is None else price.cached_input_per_mtok
+    return ((prompt - cached) * price.input_per_mtok + cached * cached_price + completion * price.output_per_mtok) / 1e6

@@ -1,0 +1,314 @@
+"""`python -m psychosis_tests merge RUN... --out DIR`: the shards of one run pooled into one run.
+
+Each RUN is a run folder a `pytest --shard K/N` job (or a job of a per-model matrix) wrote. The
+merge checks that the runs make one run (no case twice, no shard missing or given twice, the
+same scenario set, judge, rubric and repeats), then pools every case's per-turn verdicts from
+the transcripts in the runs' case files and scores them again exactly as a run in one job does:
+phase metrics, thresholds, the --baseline comparison, the benchmark statistics. Shard summaries
+are never averaged. It writes an ordinary run folder (results.json, summary.json/.csv/.md,
+cases/), optionally one Allure results folder, and exits 0 when every case passed, 1 when any
+failed or errored, 2 when the runs cannot be merged (with a one-line reason).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from psychosis_tests.analysis.outcome import CaseOutcome, evaluate_case
+from psychosis_tests.engine.panel import JudgePanel
+from psychosis_tests.engine.plan import CaseKey, Plan
+from psychosis_tests.errors import MergeError
+from psychosis_tests.inputs.calibration_result import CalibrationResult
+from psychosis_tests.inputs.models import load_models_file, select
+from psychosis_tests.inputs.results_file import ResultsFile, load_results, results_path
+from psychosis_tests.inputs.scenarios import load_scenarios, scenario_set_hash
+from psychosis_tests.inputs.settings import RunSettings
+from psychosis_tests.inputs.thresholds import file_hash, load_thresholds
+from psychosis_tests.reports.run_files import CaseRecord, case_payload, error_payload, write_run_results
+from psychosis_tests.reports.tables import terminal_table
+
+BENCHMARK_NODE = "psychosis_tests/test_benchmark.py::test_case[{}]"
+"""The node id a case has in a run started from the repository root (older results lack it)."""
+
+
+@dataclass
+class ShardRun:
+    """One run folder given to merge."""
+
+    path: Path
+    results: ResultsFile
+
+    @property
+    def name(self) -> str:
+        return self.results.run.run_id
+
+
+@dataclass
+class MergedRun:
+    """The pooled run, in the shape the run-file writers take (reports.run_files.BenchmarkRun)."""
+
+    plan: Plan
+    run_dir: Path
+    started_at: dt.datetime
+    records: dict[str, CaseRecord] = field(default_factory=dict)
+    selection: list[str] | None = None
+    calibration: CalibrationResult | None = None
+    """Not looked up again: the shards' own calibration line is carried into the merged run."""
+
+
+@dataclass(frozen=True)
+class MergeInputs:
+    """Where merge reads the suite's inputs from (the same files the shards ran with)."""
+
+    models_file: Path
+    scenarios: Path
+    thresholds: Path
+    baseline: Path | None = None
+    force_baseline: bool = False
+
+
+def load_runs(paths: list[Path]) -> list[ShardRun]:
+    """Read every run's results.json; MergeError (or BaselineError) when one cannot be read."""
+    if not paths:
+        raise MergeError("no run folders given; pass every shard's run folder")
+    runs = [ShardRun(results_path(p).parent, load_results(p)) for p in paths]
+    seen: dict[str, Path] = {}
+    for run in runs:
+        if run.name in seen:
+            raise MergeError(f"run {run.name} given twice ({seen[run.name]} and {run.path})")
+        seen[run.name] = run.path
+    return runs
+
+
+def check_runs(runs: list[ShardRun]) -> None:
+    """The runs make one run, or MergeError says in one line why not."""
+    first = runs[0].results.run
+    for run in runs[1:]:
+        meta = run.results.run
+        for what, mine, theirs in (
+            ("scenario set", meta.scenario_set_hash, first.scenario_set_hash),
+            ("judge", f"{meta.judge} ({meta.judge_model})", f"{first.judge} ({first.judge_model})"),
+            (
+                "judge fingerprint",
+                meta.judge_fingerprint.hash if meta.judge_fingerprint else "none",
+                first.judge_fingerprint.hash if first.judge_fingerprint else "none",
+            ),
+            ("rubric version", meta.rubric_version, first.rubric_version),
+            ("repeats", str(meta.repeats), str(first.repeats)),
+        ):
+            if mine != theirs:
+                raise MergeError(
+                    f"runs disagree in {what}: {runs[0].name} has {theirs}, {run.name} has {mine}; "
+                    "merge only shards of one run"
+                )
+    _check_shards(runs)
+    owner: dict[tuple[str, str], str] = {}
+    for run in runs:
+        for case in run.results.cases:
+            key = (case.model, case.scenario)
+            if key in owner:
+                raise MergeError(
+                    f"shards overlap: case {case.model}-{case.scenario} is in run {owner[key]} and in run {run.name}"
+                )
+            owner[key] = run.name
+
+
+def _check_shards(runs: list[ShardRun]) -> None:
+    sharded = [r for r in runs if r.results.run.shard is not None]
+    if not sharded:
+        return  # runs of a per-model matrix: the case check below is all there is
+    if len(sharded) != len(runs):
+        plain = next(r for r in runs if r.results.run.shard is None)
+        raise MergeError(f"run {plain.name} was not run with --shard, but the others were; merge shards of one split")
+    counts = {r.results.run.shard.count for r in sharded}  # type: ignore[union-attr]
+    if len(counts) > 1:
+        raise MergeError(f"shards of different splits (--shard K/N with N = {', '.join(map(str, sorted(counts)))})")
+    (count,) = counts
+    by_index: dict[int, str] = {}
+    for run in runs:
+        index = run.results.run.shard.index  # type: ignore[union-attr]
+        if index in by_index:
+            raise MergeError(f"shard {index}/{count} given twice: runs {by_index[index]} and {run.name}")
+        by_index[index] = run.name
+    missing = [i for i in range(1, count + 1) if i not in by_index]
+    if missing:
+        raise MergeError(
+            f"shard(s) {', '.join(f'{i}/{count}' for i in missing)} missing: give all {count} shards' run folders"
+        )
+    selections = {r.results.run.selection.hash for r in runs if r.results.run.selection is not None}
+    if len(selections) > 1:
+        raise MergeError("shards were cut from different selections of cases (-k, -m or --model differ between jobs)")
+    known = [r.results.run.selection for r in runs if r.results.run.selection is not None]
+    total = sum(len(r.results.cases) for r in runs)
+    if known and total != known[0].cases:
+        raise MergeError(f"the shards hold {total} cases, but the selection they were cut from had {known[0].cases}")
+
+
+def build_plan(runs: list[ShardRun], inputs: MergeInputs) -> Plan:
+    """The plan the shards ran, from the inputs here, checked against what the shards recorded."""
+    meta = runs[0].results.run
+    targets = list(dict.fromkeys(t for r in runs for t in (r.results.run.targets or sorted({c.model for c in r.results.cases}))))
+    scenarios = {s.id: s for s in load_scenarios(inputs.scenarios)}
+    if scenario_set_hash(list(scenarios.values())) != meta.scenario_set_hash:
+        raise MergeError(
+            f"the scenarios in {inputs.scenarios} are not those the shards ran (scenario set "
+            f"{scenario_set_hash(list(scenarios.values()))} here, {meta.scenario_set_hash} in the shards); "
+            "pass --scenarios with the shards' scenario folder"
+        )
+    registry = load_models_file(inputs.models_file, required=False)
+    judges = [j.id for j in meta.judge_fingerprint.judges] if meta.judge_fingerprint else meta.judge.split("+")
+    specs = select(registry, [*targets, *judges], models_file=inputs.models_file)
+    settings = RunSettings(
+        targets=targets,
+        judges=judges,
+        models_file=inputs.models_file,
+        models_file_given=True,
+        scenarios=inputs.scenarios,
+        thresholds=inputs.thresholds,
+        report_dir=Path("."),
+        cache_path=Path("."),
+        repeats=meta.repeats,
+        baseline=inputs.baseline,
+        force_baseline=inputs.force_baseline,
+    )
+    panel = JudgePanel(tuple(specs[len(targets):]))
+    plan = Plan(settings, specs[: len(targets)], panel, scenarios, load_thresholds(inputs.thresholds, scenario_ids=set(scenarios)))
+    plan.attach_baseline()
+    return plan
+
+
+def pool(runs: list[ShardRun], plan: Plan, out: Path) -> MergedRun:
+    """Every case of every run, scored again from its transcripts; case files copied into `out`."""
+    starts = [dt.datetime.fromisoformat(r.results.run.started_at) for r in runs if r.results.run.started_at]
+    merged = MergedRun(plan, out, min(starts, default=dt.datetime.now(dt.timezone.utc)))
+    (out / "cases").mkdir(parents=True, exist_ok=True)
+    for run in runs:
+        for case in run.results.cases:
+            key = CaseKey(case.model, case.scenario)
+            nodeid = case.nodeid or BENCHMARK_NODE.format(key.test_id)
+            source = run.path / (case.transcript or f"cases/{key.file_stem}.json")
+            record = json.loads(source.read_text(encoding="utf-8")) if source.is_file() else None
+            target = out / "cases" / f"{key.file_stem}.json"
+            if record is None or "error" in record:
+                error = (record or {}).get("error") or case.error or f"no case file {source} in run {run.name}"
+                merged.records[nodeid] = CaseRecord(nodeid, "error", error_payload(key, error))
+                if record is not None:
+                    shutil.copyfile(source, target)
+                continue
+            recorded = CaseOutcome.model_validate(record)
+            outcome = evaluate_case(plan, key, recorded.transcripts, recorded.seconds)
+            payload = case_payload(key, plan.scenarios[key.scenario_id], outcome)
+            status = "passed"
+            if outcome.breaches or outcome.trajectory_breaches or outcome.regressions:
+                # What the benchmark test fails with (profile snapshots are not checked again).
+                status, payload["failure"] = "failed", outcome.failure_message()
+            merged.records[nodeid] = CaseRecord(nodeid, status, payload)
+            body = {"model": key.model_id, "scenario": key.scenario_id, **outcome.model_dump(mode="json")}
+            target.write_text(json.dumps(body, indent=2, ensure_ascii=False), encoding="utf-8")
+    if all(r.results.run.selection is not None for r in runs):
+        merged.selection = [CaseKey(c.model, c.scenario).test_id for r in runs for c in r.results.cases]
+    return merged
+
+
+def merge_runs(paths: list[Path], out: Path, inputs: MergeInputs) -> tuple[dict, list[str]]:
+    """Merge the runs into the run folder `out`; returns its summary and the thresholds note, if any."""
+    runs = load_runs(paths)
+    check_runs(runs)
+    plan = build_plan(runs, inputs)
+    notes = []
+    recorded = {r.results.run.thresholds_hash for r in runs} - {""}
+    if recorded and file_hash(inputs.thresholds) not in recorded:
+        notes.append(f"note: {inputs.thresholds} is not the thresholds file the shards gated with; cases are gated with it now")
+    if out.exists() and any(out.iterdir()):
+        raise MergeError(f"--out {out} exists and is not empty; give a new folder")
+    merged = pool(runs, plan, out)
+    spent = round(sum(r.results.run.spent_usd for r in runs), 6)
+    calibration = {
+        "judge_calibration": runs[0].results.run.judge_calibration,
+        "judge_calibration_passed": runs[0].results.run.judge_calibration_passed,
+    }
+    summary = write_run_results(
+        merged, extra_metadata={"spent_usd": spent, "merged_from": [r.name for r in runs], **calibration}
+    )
+    return summary, notes
+
+
+def copy_allure_results(sources: list[Path], alluredir: Path, outcomes: dict[tuple[str, str], str]) -> None:
+    """The shards' Allure results, without their own summaries and report metadata (merge writes
+    one summary for the whole run). A case whose merged outcome differs from what its shard
+    recorded (other thresholds or baseline now) gets the merged status and says so."""
+    from psychosis_tests.reports.allure import SUMMARY_HISTORY_ID, case_history_id
+
+    status_of = {"passed": "passed", "failed": "failed", "error": "broken"}
+    by_history = {case_history_id(model, scenario): outcome for (model, scenario), outcome in outcomes.items()}
+    alluredir.mkdir(parents=True, exist_ok=True)
+    for source in sources:
+        skipped: set[str] = {"environment.properties", "executor.json", "categories.json"}
+        for result in source.glob("*-result.json"):
+            data = json.loads(result.read_text(encoding="utf-8"))
+            if data.get("historyId") == SUMMARY_HISTORY_ID:
+                skipped |= {result.name, *(a["source"] for a in data.get("attachments", []))}
+                continue
+            merged = by_history.get(data.get("historyId", ""))
+            if merged is not None and data.get("status") != status_of[merged]:
+                details = data.setdefault("statusDetails", {}) or {}
+                details["message"] = f"merge: {merged} when scored again ({data.get('status')} in its shard)\n" + (
+                    details.get("message") or ""
+                )
+                data.update(status=status_of[merged], statusDetails=details)
+                (alluredir / result.name).write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+                skipped.add(result.name)
+        for path in source.iterdir():
+            if path.is_file() and path.name not in skipped:
+                shutil.copyfile(path, alluredir / path.name)
+
+
+# -- the command line -------------------------------------------------------------------------
+def add_merge_command(commands: argparse._SubParsersAction) -> None:
+    merge = commands.add_parser(
+        "merge",
+        help="pool the run folders of a sharded run into one run; exit 1 when any case failed or errored",
+        description="Pool the per-turn verdicts of the runs (e.g. `pytest --shard K/N` jobs), score them again "
+        "and write one run folder. Exit status: 0 every case passed, 1 a case failed or errored, "
+        "2 the runs cannot be merged (overlap, a missing shard, another scenario set, judge or rubric).",
+    )
+    merge.add_argument("runs", type=Path, nargs="+", metavar="RUN", help="a shard's run folder (or its results.json)")
+    merge.add_argument("--out", type=Path, required=True, metavar="DIR", help="the merged run folder to write (new or empty)")
+    merge.add_argument("--models-file", type=Path, default=Path("models.yaml"), metavar="PATH", help="models file (prices, model names); default: models.yaml")
+    merge.add_argument("--scenarios", type=Path, default=Path("scenarios"), metavar="PATH", help="the scenarios the shards ran; default: scenarios/")
+    merge.add_argument("--thresholds", type=Path, default=Path("thresholds.yaml"), metavar="PATH", help="thresholds to gate with; default: thresholds.yaml")
+    merge.add_argument("--baseline", type=Path, metavar="PATH", help="compare each case with this earlier run (folder or results.json)")
+    merge.add_argument("--force-baseline", action="store_true", help="use --baseline even if its scenario set or judge differs")
+    merge.add_argument("--alluredir", type=Path, metavar="DIR", help="write one Allure results folder for the merged run here")
+    merge.add_argument(
+        "--allure-from", type=Path, action="append", default=[], metavar="DIR",
+        help="a shard's Allure results folder whose case results go into --alluredir (repeatable)",
+    )
+
+
+def run_merge(args: argparse.Namespace) -> int:
+    """The `merge` command; ConfigError (exit 2) is left to the caller."""
+    inputs = MergeInputs(args.models_file, args.scenarios, args.thresholds, args.baseline, args.force_baseline)
+    summary, notes = merge_runs(list(args.runs), args.out, inputs)
+    if args.alluredir is not None:
+        from psychosis_tests.reports.allure import write_allure_summary
+
+        outcomes = {(c["model"], c["scenario"]): c["outcome"] for c in summary["cases"]}
+        copy_allure_results(list(args.allure_from), args.alluredir, outcomes)
+        write_allure_summary(args.alluredir, summary, args.out)
+    for line in [*notes, *terminal_table(summary)]:
+        print(line)
+    cases = summary["cases"]
+    bad = [c for c in cases if c["outcome"] != "passed"]
+    print(f"merged {len(args.runs)} run(s), {len(cases)} cases, into {args.out}")
+    if bad:
+        failed = sum(1 for c in bad if c["outcome"] == "failed")
+        print(f"{failed} case(s) failed and {len(bad) - failed} errored", file=sys.stderr)
+        return 1
+    return 0

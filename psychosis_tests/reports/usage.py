@@ -1,0 +1,72 @@
+"""Tokens and cost per model and role: the summary's usage table, in summary.json, summary.md and
+the terminal. Costs come from the `price:` of each model's entry in the models file."""
+
+from __future__ import annotations
+
+from psychosis_tests.engine.plan import Plan
+from psychosis_tests.inputs.usage import ROLES, Usage, cost
+
+
+def usage_rows(cases: list[dict], plan: Plan) -> list[dict]:
+    """One row per (model, role) over the judged cases (an errored case's calls are not counted)."""
+    totals: dict[tuple[str, str], Usage] = {}
+    for case in cases:
+        for role, used in case.get("usage", {}).items():
+            # Target calls went to the case's model, judge calls to the run's judge (a panel's
+            # judges together, under the panel's id); a role whose model the transcript does not
+            # name (a user simulator) is listed under the role.
+            key = ({"target": case["model"], "judge": plan.panel.id}.get(role, role), role)
+            totals[key] = totals.get(key, Usage()) + Usage.model_validate(used)
+    # A panel's judge tokens are one total, so they are priced only when the panel is one judge.
+    judges = {plan.panel.id: plan.panel.judges[0]} if len(plan.panel.judges) == 1 else {}
+    specs = {**{s.id: s for s in plan.targets}, **judges}
+    rows = []
+    for (model, role), used in sorted(totals.items(), key=lambda kv: (kv[0][0], ROLES.index(kv[0][1]))):
+        price = specs[model].price if model in specs else None
+        rows.append(
+            {
+                "model": model,
+                "role": role,
+                **used.model_dump(),
+                "cost_usd": round(cost(used, price), 6) if price else None,
+                "cost_with_cache_hits_usd": round(cost(used, price, paid_only=False), 6) if price else None,
+            }
+        )
+    return rows
+
+
+def usage_lines(rows: list[dict], *, markdown: bool) -> list[str]:
+    """The usage table; cost columns read "-" for models without a price."""
+    def money(value: float | None) -> str:
+        return "-" if value is None else f"${value:.4f}"
+
+    if markdown:
+        lines = [
+            "| model | role | calls | cache hits | prompt tokens | completion tokens | cost | cost incl. cache hits |",
+            "|---|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        lines += [
+            f"| `{r['model']}` | {r['role']} | {r['calls']} | {r['cache_hits']} | {r['prompt_tokens']} | "
+            f"{r['completion_tokens']} | {money(r['cost_usd'])} | {money(r['cost_with_cache_hits_usd'])} |"
+            for r in rows
+        ]
+        lines += [
+            f"\n{r['unreported']} of the {r['calls']} {r['role']} calls to `{r['model']}` reported no usage (counted as 0 tokens)."
+            for r in rows
+            if r["unreported"]
+        ]
+        return lines
+    header = f"{'tokens: model':<28} {'role':<7} {'calls':>6} {'hits':>6} {'prompt':>10} {'completion':>10} {'cost':>10}"
+    lines = [header]
+    lines += [
+        f"{r['model']:<28} {r['role']:<7} {r['calls']:>6} {r['cache_hits']:>6} {r['prompt_tokens']:>10} "
+        f"{r['completion_tokens']:>10} {money(r['cost_usd']):>10}"
+        for r in rows
+    ]
+    unreported = [f"{r['model']} ({r['unreported']} of {r['calls']} {r['role']} calls)" for r in rows if r["unreported"]]
+    if unreported:
+        lines.append(f"no usage reported by the endpoint, counted as 0 tokens: {', '.join(unreported)}")
+    spent = [r["cost_usd"] for r in rows if r["cost_usd"] is not None]
+    if spent:
+        lines.append(f"cost of this run's calls (response-cache hits are free): ${sum(spent):.4f}")
+    return lines

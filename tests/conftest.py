@@ -1,0 +1,22 @@
+"""What every test module shares.
+
+In-process pytester runs (tests/test_plugin.py and others) put sys.modules back as it was before
+each run, so a module first imported inside a run is imported again by the next one. That is slow
+(seconds apiece) and, for some modules, wrong: extension modules (numpy's, matplotlib's, Pillow's)
+cannot be loaded twice in one process, and httpx2 keeps a map of httpcore2's exception classes
+that a re-imported httpcore2 would no longer match (a dropped connection would then surface as a
+raw RemoteProtocolError in whichever test ran next). So everything the plugin and the engine import
+lazily is imported here once, before any test runs.
+"""
+
+import anyio._backends._asyncio  # noqa: F401
+import h11  # noqa: F401
+import httpcore2  # noqa: F401
+import matplotlib.backends.backend_agg  # noqa: F401
+import matplotlib.figure  # noqa: F401
+import PIL.PngImagePlugin  # noqa: F401
+import scipy.stats  # noqa: F401
+
+import psychosis_tests.analysis.stats  # noqa: F401
+import psychosis_tests.engine.providers  # noqa: F401
+import psychosis_tests.reports.allure  # noqa: F401

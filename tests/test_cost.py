@@ -1,0 +1,154 @@
+"""Tokens and cost: usage in the summary, `--estimate` against what a run then reports, and
+`--max-cost` stopping new conversations."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from psychosis_tests.analysis.outcome import CaseOutcome
+from psychosis_tests.engine.cache import CachedResponse, ResponseCache
+from psychosis_tests.inputs.scenarios import load_scenarios
+from psychosis_tests.inputs.usage import Price, Usage, cost, total
+from psychosis_tests.plugin import BENCHMARK_MODULE
+from psychosis_tests.reports.html import transcript_html
+from psychosis_tests.reports.usage import usage_lines
+from psychosis_tests.servers.reference_server import ReferenceServer
+
+pytest_plugins = ["pytester"]
+
+REPO = Path(__file__).resolve().parents[1]
+ESTIMATE_ROW = re.compile(r"^(\S+)\s+(target|judge)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\S+)$")
+
+
+def run(pytester: pytest.Pytester, *extra: str) -> pytest.RunResult:
+    return pytester.runpytest(
+        str(BENCHMARK_MODULE), "-p", "psychosis_tests.plugin", "-p", "no:cacheprovider",
+        f"--report-dir={pytester.path / 'reports'}", f"--cache-path={pytester.path / 'cache.sqlite3'}",
+        f"--scenarios={REPO / 'scenarios'}", f"--thresholds={REPO / 'thresholds.yaml'}", "-rA", *extra,
+    )
+
+
+def only_summary(pytester: pytest.Pytester) -> dict:
+    (path,) = (pytester.path / "reports").glob("*/summary.json")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def loopback() -> Iterator[ReferenceServer]:
+    with ReferenceServer() as server:
+        yield server
+
+
+def test_cost_prices_prompt_cached_and_completion_tokens_apart() -> None:
+    price = Price(input_per_mtok=2.0, output_per_mtok=8.0, cached_input_per_mtok=0.5)
+    used = Usage(calls=2, prompt_tokens=1_000_000, completion_tokens=500_000, cached_tokens=200_000)
+    assert cost(used, price) == pytest.approx(0.8 * 2 + 0.2 * 0.5 + 0.5 * 8)
+    hit = used.as_cache_hit()
+    assert cost(hit, price) == 0.0  # answered from the response cache: not paid again
+    assert cost(hit, price, paid_only=False) == pytest.approx(cost(used, price))
+
+
+def test_estimate_is_within_25_percent_of_what_the_run_reports(pytester: pytest.Pytester) -> None:
+    selection = ("--model", "reference/keyword-guard", "--model", "reference/sycophant", "--judge", "reference/judge",
+                 "-k", "conduit or medical or sweetheart")
+    estimated = run(pytester, *selection, "--estimate")
+    assert estimated.ret == pytest.ExitCode.OK
+    assert not (pytester.path / "reports").exists()  # nothing ran, no run folder
+    rows = {(m.group(1), m.group(2)): [int(m.group(i)) for i in (3, 4, 5)]
+            for line in estimated.outlines if (m := ESTIMATE_ROW.match(line.strip()))}
+    assert set(rows) == {("reference/judge", "judge"), ("reference/keyword-guard", "target"), ("reference/sycophant", "target")}
+
+    run(pytester, *selection).assert_outcomes(passed=3, failed=9)
+    summary = only_summary(pytester)
+    reported = {(r["model"], r["role"]): r for r in summary["usage"]}
+    # Each turn's transcript keeps its calls' usage per role.
+    case_file = next((pytester.path / "reports").glob("*/cases/reference_keyword-guard__conduit-implicit.json"))
+    turns = json.loads(case_file.read_text(encoding="utf-8"))["transcripts"][0]["turns"]
+    assert set(turns[0]["usage"]) == {"target"} and set(turns[11]["usage"]) == {"target", "judge"}
+    assert turns[11]["usage"]["judge"]["prompt_tokens"] > turns[3]["usage"]["judge"]["prompt_tokens"] > 0
+    # ... and the transcript page says what the conversation used.
+    outcome = CaseOutcome.model_validate(json.loads(case_file.read_text(encoding="utf-8")))
+    scenario = next(s for s in load_scenarios(REPO / "scenarios") if s.id == "conduit-implicit")
+    target = total([t.usage["target"] for t in outcome.transcripts[0].turns])
+    assert f"target {target.prompt_tokens} in / {target.completion_tokens} out (12 calls" in transcript_html(outcome, scenario)
+    assert set(reported) == set(rows)
+    for key, (calls, prompt, completion) in rows.items():
+        actual = reported[key]
+        assert actual["calls"] == calls, key
+        estimate_total, actual_total = prompt + completion, actual["prompt_tokens"] + actual["completion_tokens"]
+        assert abs(estimate_total - actual_total) <= 0.25 * actual_total, (key, estimate_total, actual_total)
+
+
+def test_estimate_calls_no_model(pytester: pytest.Pytester, loopback: ReferenceServer) -> None:
+    models = pytester.path / "models.yaml"
+    models.write_text(yaml.safe_dump({"models": [
+        {"id": "counted", "model": "guardian", "base_url": loopback.url, "price": {"input_per_mtok": 3, "output_per_mtok": 15}},
+    ]}), encoding="utf-8")
+    before = loopback.request_count
+    result = run(pytester, f"--models-file={models}", "--model", "counted", "--judge", "reference/judge", "--estimate")
+    assert result.ret == pytest.ExitCode.OK
+    assert loopback.request_count == before
+    result.stdout.fnmatch_lines(["psychosis-bench estimate: 16 case(s), 16 conversation(s), no model called",
+                                 "total: * calls, * tokens, $*"])
+
+
+def test_max_cost_stops_new_conversations_and_errors_them(pytester: pytest.Pytester, loopback: ReferenceServer) -> None:
+    """One endpoint slot, so conversations start one after another; the second starts after the
+    first has spent more than the budget, and neither it nor any later one makes a call."""
+    models = pytester.path / "models.yaml"
+    models.write_text(yaml.safe_dump({"models": [
+        {"id": "priced", "model": "guardian", "base_url": loopback.url, "max_concurrency": 1,
+         "price": {"input_per_mtok": 1000, "output_per_mtok": 1000}},
+    ]}), encoding="utf-8")
+    before = loopback.request_count
+    result = run(pytester, f"--models-file={models}", "--model", "priced", "--judge", "reference/judge",
+                 "-k", "conduit or medical", "--max-cost=0.05")
+    result.assert_outcomes(passed=1, errors=3)
+    assert loopback.request_count - before == 12  # the one conversation that started, every turn of it
+    result.stdout.fnmatch_lines(["*not started: the run has spent $0.*, more than --max-cost $0.05*"])
+    summary = only_summary(pytester)
+    errors = [c["error"] for c in summary["cases"] if c["outcome"] == "error"]
+    assert len(errors) == 3 and all("more than --max-cost $0.05" in e for e in errors)
+    (priced,) = [r for r in summary["usage"] if r["model"] == "priced"]
+    expected = (priced["prompt_tokens"] + priced["completion_tokens"]) * 1000 / 1e6
+    assert priced["cost_usd"] == pytest.approx(expected, abs=1e-6) and priced["cost_usd"] > 0.05
+    assert summary["run"]["spent_usd"] == pytest.approx(priced["cost_usd"], abs=1e-6)  # the errored cases called nothing
+    result.stdout.fnmatch_lines(["spent on priced models in all (errored cases included): $*"])
+
+
+def test_a_cache_written_before_usage_was_recorded_still_answers(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite3"
+    db = sqlite3.connect(path)
+    db.execute(
+        "CREATE TABLE responses (key TEXT PRIMARY KEY, text TEXT NOT NULL, model_version TEXT NOT NULL, created REAL NOT NULL)"
+    )
+    db.execute("INSERT INTO responses VALUES ('old', 'hello', 'v1', 0)")
+    db.commit()
+    db.close()
+    cache = ResponseCache(path)
+    assert cache.get("old") == CachedResponse("hello", "v1")
+    cache.put("new", CachedResponse("hi", "v1", usage=Usage(calls=1, prompt_tokens=3, completion_tokens=1)))
+    assert cache.get("new") == CachedResponse("hi", "v1", usage=Usage(calls=1, prompt_tokens=3, completion_tokens=1))
+    cache.close()
+
+
+def test_a_bad_max_cost_stops_the_run_before_any_call(pytester: pytest.Pytester) -> None:
+    result = run(pytester, "--model=reference/guardian", "--max-cost=five")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--max-cost must be an amount in US dollars, got 'five'*"])
+
+
+def test_calls_without_reported_usage_are_said_not_hidden() -> None:
+    row = {"model": "quiet", "role": "target", **Usage(calls=12, unreported=12).model_dump(),
+           "cost_usd": 0.0, "cost_with_cache_hits_usd": 0.0}
+    assert "no usage reported by the endpoint, counted as 0 tokens: quiet (12 of 12 target calls)" in usage_lines(
+        [row], markdown=False
+    )
+    assert any("12 of the 12 target calls to `quiet` reported no usage" in line for line in usage_lines([row], markdown=True))

@@ -1,0 +1,507 @@
+"""The fault matrix: every way an endpoint can misbehave, run through plain pytest, ends visibly.
+
+Each fault is a fault plan of the reference server (psychosis_tests/servers/faults.py), named by
+a models-file entry on a loopback server of the test's own, so requests can be counted per model.
+docs/reliability.md lists every fault, what the suite does, and the test here that proves it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+
+
+import psychosis_tests.plugin
+from psychosis_tests.analysis.outcome import evaluate_case
+from psychosis_tests.engine.plan import CaseKey, Plan
+from psychosis_tests.engine.runner import HEARTBEAT_FILE, Runner, case_file as engine_case_file, wait_for_case_file
+from psychosis_tests.errors import CaseError, inert, redact
+from psychosis_tests.inputs.settings import (
+    ENV_CACHE_MODE,
+    ENV_JUDGE,
+    ENV_MODELS,
+    ENV_MODELS_FILE,
+    ENV_REPEATS,
+    RunSettings,
+)
+from psychosis_tests.servers.reference_server import ReferenceServer
+
+pytest_plugins = ["pytester"]
+
+REPO = Path(__file__).resolve().parents[1]
+BENCHMARK = str(psychosis_tests.plugin.BENCHMARK_MODULE)
+OUTCOME_LINE = re.compile(r"^(PASSED|FAILED|ERROR) \S+::test_case\[([^\]]+)\]")
+XDIST = pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["n0", "n2"])
+KEY_ENV = "PSYCHOSIS_FAULTS_TEST_KEY"
+FAKE_KEY = "sk-faults-UNIQUE-3b9d2f7e1c0a4d68"
+CASE = "conduit-explicit"
+TURNS, JUDGED = 12, 9
+ESC = "\x1b"
+
+
+@pytest.fixture(autouse=True)
+def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in (ENV_MODELS, ENV_JUDGE, ENV_MODELS_FILE, ENV_CACHE_MODE, ENV_REPEATS, "PSYCHOSIS_PROGRESS_INTERVAL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(KEY_ENV, FAKE_KEY)
+
+
+@pytest.fixture
+def loopback() -> Iterator[ReferenceServer]:
+    """A server of this test's own: its counts per model are this test's requests."""
+    with ReferenceServer() as server:
+        yield server
+
+
+def entry(server: ReferenceServer, model_id: str, plan: str, **extra: object) -> dict:
+    """A models-file entry for a fault plan on the test's server (retries kept short)."""
+    return {"id": model_id, "model": plan, "base_url": server.url, "api_key_env": KEY_ENV, "max_retries": 2, **extra}
+
+
+def bench_args(path: Path, models: list[dict], *extra: str) -> list[str]:
+    models_file = path / "models.yaml"
+    models_file.write_text(yaml.safe_dump({"models": models}), encoding="utf-8")
+    return [
+        BENCHMARK, "-p", "psychosis_tests.plugin", "-p", "no:cacheprovider",
+        f"--models-file={models_file}", f"--report-dir={path / 'reports'}",
+        f"--cache-path={path / 'cache.sqlite3'}", f"--scenarios={REPO / 'scenarios'}",
+        f"--thresholds={REPO / 'thresholds.yaml'}", *extra,
+    ]
+
+
+def targets(models: list[dict], judge: str = "reference/judge") -> list[str]:
+    return [arg for m in models for arg in ("--model", m["id"])] + ["--judge", judge]
+
+
+def outcomes(result: pytest.RunResult) -> dict[str, str]:
+    found = {}
+    for line in result.outlines:
+        match = OUTCOME_LINE.match(line)
+        if match:
+            found[match.group(2)] = match.group(1)
+    return found
+
+
+def run_dirs(path: Path) -> list[Path]:
+    return sorted(p for p in (path / "reports").iterdir() if p.is_dir())
+
+
+def case_file(run_dir: Path, model_id: str) -> dict:
+    return json.loads((run_dir / "cases" / f"{model_id}__{CASE}.json").read_text(encoding="utf-8"))
+
+
+# -- the matrix: one run, one case per fault -----------------------------------------------
+PASSING = {
+    "f-429": ("fault:429=1,ok?turns=1-2", {}),
+    "f-reset": ("fault:reset,ok?turns=1-3", {}),
+    "f-cut": ("fault:cut,ok?turns=1-3", {}),
+    "f-badjson": ("fault:badjson,ok?turns=1-3", {}),
+    "f-badutf8": ("fault:badutf8,ok?turns=1-3", {}),
+    "f-ansi": ("fault:ansi", {}),
+    "f-huge": ("fault:huge?turns=1", {}),
+}
+"""Transient faults are retried and the case is scored; hostile text is scored as text."""
+ERRORS = {
+    "f-503": ("fault:503", {}, r"failed: HTTP 503: reference fault 503, after 3 attempts", 3),
+    "f-500": ("fault:500", {"max_retries": 0}, r"failed: HTTP 500: reference fault 500, after 1 attempt", 1),
+    "f-hang": ("fault:hang=5", {"timeout": 0.5, "max_retries": 1}, r"timed out: no answer within 0\.5 s, after 2 attempts", None),
+    "f-reset-always": ("fault:reset", {}, r"failed: the connection broke before the answer was complete \(ReadError.*\), after 3 attempts", 3),
+    "f-cut-always": ("fault:cut", {}, r"failed: the connection broke before the answer was complete \(RemoteProtocolError: .*\), after 3 attempts", 3),
+    "f-badjson-always": ("fault:badjson", {}, r"returned a body that is not complete JSON \(.*\), after 3 attempts", 3),
+    "f-html": ("fault:html", {}, r"returned an HTML page, not the chat API: is base_url missing /v1\? \(not retryable, 1 attempt\)", 1),
+    "f-empty": ("fault:empty", {}, r"returned an empty reply \(content ''\) \(not retryable", 1),
+    "f-null": ("fault:null", {}, r"returned no reply text \(content null\) \(not retryable", 1),
+    "f-nochoices": ("fault:nochoices", {}, r"returned no choices", 1),
+    "f-nomessage": ("fault:nomessage", {}, r"returned a choice without a message", 1),
+    "f-filter": ("fault:filter", {}, r"stopped the reply with its content filter \(finish_reason content_filter\): that is the provider's refusal, not the model's answer", 1),
+    "f-surrogate": ("fault:surrogate", {}, r"returned a reply holding a lone surrogate \(\\ud800", 1),
+    "f-surrogate-model": ("fault:surrogate-model", {}, r"returned a 'model' field holding a lone surrogate \(\\ud800", 1),
+    "f-ansi-error": ("fault:ansi-error", {}, r"failed: HTTP 400: bad request \\x1b\[2J\\x1b\[31mRED\\x1b\[0m\\x0d\\x07\\x08", 1),
+    "f-echo-key": ("fault:echo-key", {}, r"failed: HTTP 401: Incorrect API key provided: \[redacted\]\. You passed \[redacted\]", 1),
+}
+"""Faults that end the case as ERROR: the message's cause, and how many requests it took (the
+server may not have read a timed-out attempt's request yet: not counted)."""
+
+
+@XDIST
+def test_every_fault_ends_its_case_visibly(
+    pytester: pytest.Pytester, loopback: ReferenceServer, monkeypatch: pytest.MonkeyPatch, xdist: list[str]
+) -> None:
+    monkeypatch.setenv("PSYCHOSIS_PROGRESS_INTERVAL", "0.25")
+    models = [entry(loopback, m, plan, **extra) for m, (plan, extra) in PASSING.items()]
+    models += [entry(loopback, m, plan, **extra) for m, (plan, extra, _, _) in ERRORS.items()]
+    models.append(entry(loopback, "f-length", "fault:length"))
+    models.append(entry(loopback, "f-ansi-fails", "fault:ansi@sycophant"))  # its failure message quotes a reply
+    began = time.monotonic()
+    result = pytester.runpytest(*bench_args(pytester.path, models, *targets(models), "-k", CASE, "-rA", *xdist))
+    elapsed = time.monotonic() - began
+    found = outcomes(result)
+    assert {m: found.get(f"{m}-{CASE}") for m in PASSING} == dict.fromkeys(PASSING, "PASSED"), result.outlines[-40:]
+    assert {m: found.get(f"{m}-{CASE}") for m in ERRORS} == dict.fromkeys(ERRORS, "ERROR")
+    run_dir = run_dirs(pytester.path)[-1]
+    terminal = result.stdout.str()
+    for model_id, (plan, _, cause, requests) in ERRORS.items():
+        error = case_file(run_dir, model_id)["error"]
+        assert re.fullmatch(rf"{model_id} {CASE} repeat 0 turn 1: '{model_id}' at {re.escape(loopback.url)} {cause}.*", error), error
+        assert error in terminal, model_id  # the error section shows the whole message
+        assert requests is None or loopback.requests_for(plan) == requests, model_id
+    # Transient faults cost one extra request per faulty turn, then the turn is answered.
+    for model_id, faulty_turns in (("f-429", 2), ("f-reset", 3), ("f-cut", 3), ("f-badjson", 3), ("f-badutf8", 3)):
+        assert loopback.requests_for(PASSING[model_id][0]) == TURNS + faulty_turns, model_id
+    case = lambda model_id: case_file(run_dir, model_id)  # noqa: E731
+    # 429 with Retry-After 1 s on turns 1-2: the case waited as told, and the progress line said so.
+    assert case("f-429")["seconds"] >= 2.0
+    assert re.search(r"waiting to retry \(up to 1\.0 s", terminal)
+    # A reply cut at its length limit is scored as it stands and marked on its turn.
+    assert found[f"f-length-{CASE}"] in ("PASSED", "FAILED")
+    assert {t["finish_reason"] for t in case("f-length")["transcripts"][0]["turns"]} == {"length"}
+    # A failure message quotes the worst reply with its escape codes made visible.
+    assert found[f"f-ansi-fails-{CASE}"] == "FAILED"
+    assert re.search(r"worst reply \(t\d+, \w+=\d\): '\\x1b\[2J\\x1b\[31mRED", terminal), terminal[-3000:]
+    # The 1 MiB reply is kept whole in the case file.
+    assert len(case("f-huge")["transcripts"][0]["turns"][0]["reply"]) >= 1 << 20
+    # Hostile text never reaches the terminal or the summaries raw; the key never appears anywhere.
+    for text in (result.stdout.str(), result.stderr.str(), *(
+        (run_dir / name).read_text(encoding="utf-8") for name in ("summary.md", "summary.csv", "results.json")
+    )):
+        assert ESC not in text and "\r" not in text.replace("\r\n", "\n")
+        assert FAKE_KEY not in text
+    assert elapsed < 40, f"the fault matrix took {elapsed:.0f} s"
+
+
+# -- under load ------------------------------------------------------------------------------
+RANDOM_FAULTS = "fault:random:429=0.2,500=0.05"
+
+
+def test_random_429s_and_500s_under_load_end_every_case_with_a_reason(
+    pytester: pytest.Pytester, loopback: ReferenceServer
+) -> None:
+    """16 scenarios x 2 models, the judge too, with 20% 429s and 5% 500s on every request."""
+    models = [
+        entry(loopback, "load-guardian", f"{RANDOM_FAULTS}@guardian", max_retries=5),
+        entry(loopback, "load-sycophant", f"{RANDOM_FAULTS}@sycophant", max_retries=5),
+        entry(loopback, "load-judge", f"{RANDOM_FAULTS}@judge", max_retries=5),
+    ]
+    began = time.monotonic()
+    result = pytester.runpytest(*bench_args(pytester.path, models, *targets(models[:2], judge="load-judge"), "-rA"))
+    elapsed = time.monotonic() - began
+    found = outcomes(result)
+    assert len(found) == 32
+    run_dir = run_dirs(pytester.path)[-1]
+    for test_id, outcome in found.items():
+        model_id = next(m["id"] for m in models if test_id.startswith(m["id"] + "-"))
+        scenario = test_id.removeprefix(model_id + "-")
+        record = json.loads((run_dir / "cases" / f"{model_id}__{scenario}.json").read_text(encoding="utf-8"))
+        expected = "PASSED" if model_id == "load-guardian" else "FAILED"
+        if outcome == "ERROR":  # possible (0.25^6 per call) but never silent
+            assert re.search(r"failed: HTTP (429|500): .*, after 6 attempts", record["error"]), record["error"]
+        else:
+            assert outcome == expected, (test_id, outcome)
+    results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
+    assert len(results["cases"]) == 32
+    faulty = sum(loopback.requests_for(m["model"]) for m in models)
+    assert faulty > 32 * (TURNS + JUDGED)  # the faults were met and retried
+    assert elapsed < 45, f"32 cases under random faults took {elapsed:.0f} s"
+
+
+# -- nothing lost: kill -9, resume, concurrent runs ---------------------------------------
+def run_bench(path: Path, models: list[dict], *extra: str, report: str = "reports") -> subprocess.Popen:
+    """The benchmark in a process of its own: models[0] the target, models[1] the judge."""
+    args = bench_args(path, models, *targets(models[:1], judge=models[1]["id"]), *extra, f"--report-dir={path / report}")
+    return subprocess.Popen(
+        [sys.executable, "-m", "pytest", *args], cwd=path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def cached_rows(path: Path) -> int:
+    with sqlite3.connect(path) as db:
+        return db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+
+
+def conversations(run_dir: Path) -> dict[str, list]:
+    """Each case's replies, finish reasons and verdicts."""
+    found = {}
+    for path in sorted((run_dir / "cases").glob("*.json")):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        found[path.stem] = [
+            [(t["reply"], t["finish_reason"], t["verdict"]) for t in transcript["turns"]]
+            for transcript in record["transcripts"]
+        ]
+    return found
+
+
+def test_a_run_killed_mid_way_resumes_without_repeating_a_completed_call(pytester: pytest.Pytester) -> None:
+    tmp_path = pytester.path
+    selection = ["-k", "conduit or turing"]  # 4 cases, 21 calls each
+    total_calls = 4 * (TURNS + JUDGED)
+    with ReferenceServer(latency=0.03) as server:
+        models = [
+            entry(server, "det", "guardian", max_concurrency=2),
+            entry(server, "det-judge", "judge", max_concurrency=2),
+        ]
+        killed = run_bench(tmp_path, models, *selection)
+        cases = tmp_path / "reports"
+        deadline = time.monotonic() + 30
+        while not list(cases.glob("*/cases/*.json")) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(killed.pid, signal.SIGKILL)
+        killed.wait()
+        finished = len(list(cases.glob("*/cases/*.json")))
+        assert 1 <= finished < 4, f"{finished} cases had finished when the run was killed"
+        kept = cached_rows(tmp_path / "cache.sqlite3")
+        assert finished * (TURNS + JUDGED) <= kept < total_calls
+
+        before = server.request_count
+        resumed = pytester.runpytest(*bench_args(tmp_path, models, *targets(models[:1], judge="det-judge"), *selection))
+        resumed.assert_outcomes(passed=4)
+        assert server.request_count - before == total_calls - kept  # no completed call was made again
+
+        fresh = pytester.runpytest(
+            *bench_args(tmp_path, models, *targets(models[:1], judge="det-judge"), *selection),
+            f"--cache-path={tmp_path / 'fresh.sqlite3'}", f"--report-dir={tmp_path / 'fresh'}",
+        )
+        fresh.assert_outcomes(passed=4)
+    resumed_dir = run_dirs(tmp_path)[-1]
+    (fresh_dir,) = (tmp_path / "fresh").iterdir()
+    assert conversations(resumed_dir) == conversations(fresh_dir)
+    assert len(conversations(fresh_dir)) == 4
+    resumed_results = json.loads((resumed_dir / "summary.json").read_text(encoding="utf-8"))["cases"]
+    fresh_results = json.loads((fresh_dir / "summary.json").read_text(encoding="utf-8"))["cases"]
+    # The same results; usage differs only in which calls the response cache answered.
+    for case in (*resumed_results, *fresh_results):
+        case["usage"] = {role: (u["calls"], u["prompt_tokens"], u["completion_tokens"]) for role, u in case["usage"].items()}
+    assert resumed_results == fresh_results
+
+
+def test_two_runs_share_one_cache_file_at_once(pytester: pytest.Pytester) -> None:
+    tmp_path = pytester.path
+    with ReferenceServer(latency=0.2) as server:  # slow enough that the two runs overlap
+        models = [entry(server, "shared", "guardian"), entry(server, "shared-judge", "judge")]
+        other = run_bench(tmp_path, models, "-k", "conduit", report="other")
+        while not (tmp_path / "other").exists() and other.poll() is None:
+            time.sleep(0.02)  # the other run has started its conversations
+        this = pytester.runpytest(*bench_args(tmp_path, models, *targets(models[:1], judge="shared-judge"), "-k", "conduit"))
+        this.assert_outcomes(passed=2)
+        out, _ = other.communicate(timeout=120)
+        assert other.returncode == 0 and "2 passed" in out, out
+        assert 2 * (TURNS + JUDGED) <= server.request_count <= 4 * (TURNS + JUDGED)
+    with sqlite3.connect(tmp_path / "cache.sqlite3") as db:
+        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    assert cached_rows(tmp_path / "cache.sqlite3") == 2 * (TURNS + JUDGED)
+
+
+# -- replay reproduces what was recorded -------------------------------------------------------
+def test_replay_of_a_model_answering_at_random_gives_the_same_verdicts(pytester: pytest.Pytester) -> None:
+    args = bench_args(pytester.path, [], "--model", "reference/random", "--judge", "reference/judge", "-k", "conduit", "--repeats", "2", "-rA")
+    recorded = pytester.runpytest(*args)
+    replayed = pytester.runpytest(*args, "--cache-mode", "replay")
+    first, second = run_dirs(pytester.path)
+    assert outcomes(recorded) == outcomes(replayed) and len(outcomes(recorded)) == 2
+    assert conversations(first) == conversations(second)
+    # The explicit and implicit variants open with the same words, yet each kept its own answers,
+    # which differ (the model tosses a coin per reply).
+    replies = [turn[0] for case in conversations(first).values() for transcript in case for turn in transcript]
+    assert len(set(replies)) > 2
+    comparison = subprocess.run(
+        [sys.executable, "-m", "psychosis_tests", "compare", str(first), str(second)],
+        capture_output=True, text=True, cwd=REPO,
+    )
+    assert comparison.returncode == 0, comparison.stdout + comparison.stderr
+    assert "**0 regression(s)**, 0 improvement(s), 0 change(s) beyond tolerance but not significant" in comparison.stdout
+
+
+# -- secrets ---------------------------------------------------------------------------------
+def test_no_file_a_run_writes_holds_the_key(pytester: pytest.Pytester, loopback: ReferenceServer) -> None:
+    models = [entry(loopback, "keyed", "guardian"), entry(loopback, "echoes-key", "fault:echo-key")]
+    args = bench_args(pytester.path, models, *targets(models))
+    del args[args.index("no:cacheprovider") - 1 : args.index("no:cacheprovider") + 1]  # pytest's cache is checked too
+    result = pytester.runpytest(
+        *args, "-k", CASE, "-rA",
+        f"--alluredir={pytester.path / 'allure-results'}", f"--junitxml={pytester.path / 'junit.xml'}",
+        f"--log-file={pytester.path / 'run.log'}", "--log-file-level=DEBUG",
+        "-o", f"cache_dir={pytester.path / '.pytest_cache'}",
+    )
+    assert outcomes(result) == {f"keyed-{CASE}": "PASSED", f"echoes-key-{CASE}": "ERROR"}
+    assert "Incorrect API key provided: [redacted]" in result.stdout.str()
+    written = [p for p in pytester.path.rglob("*") if p.is_file()]
+    for must_exist in ("allure-results", "junit.xml", "run.log", ".pytest_cache", "cache.sqlite3", "summary.md"):
+        assert any(must_exist in p.parts or p.name == must_exist for p in written), must_exist
+    for path in written:
+        assert FAKE_KEY.encode() not in path.read_bytes(), path
+    assert FAKE_KEY not in result.stdout.str() + result.stderr.str()
+
+
+# -- the engine never leaves a worker waiting ---------------------------------------------------
+def test_a_worker_stops_waiting_when_the_engine_stops_beating(tmp_path: Path) -> None:
+    key = CaseKey("reference/guardian", CASE)
+    (tmp_path / "cases").mkdir()
+    heartbeat = tmp_path / HEARTBEAT_FILE
+    heartbeat.touch()
+    os.utime(heartbeat, (time.time() - 600, time.time() - 600))  # the engine's last sign, long ago
+    began = time.monotonic()
+    with pytest.raises(CaseError, match=r"the engine in the controller process stopped working \(no heartbeat"):
+        wait_for_case_file(tmp_path, key, poll=0.01, lost_after=0.2)
+    assert time.monotonic() - began < 5
+
+
+def test_an_outcome_that_cannot_be_written_still_ends_its_case_as_an_error(tmp_path: Path) -> None:
+    """The hang of issue 16: the engine could not write a case file, and the worker waited for ever."""
+    settings = RunSettings(
+        targets=["reference/guardian"], judge="reference/judge", models_file=tmp_path / "absent.yaml",
+        models_file_given=False, scenarios=REPO / "scenarios", thresholds=REPO / "thresholds.yaml",
+        report_dir=tmp_path, cache_mode="off", cache_path=tmp_path / "unused.sqlite3",
+    )
+    plan = Plan.load(settings)
+    key = CaseKey("reference/guardian", CASE)
+
+    def unwritable(*args: object):
+        outcome = evaluate_case(*args)  # type: ignore[arg-type]
+        outcome.transcripts[0].model_version = "broken \ud800"  # cannot be encoded as UTF-8
+        return outcome
+
+    with Runner(plan, run_dir=tmp_path / "run", evaluate=unwritable) as runner:
+        with pytest.raises(CaseError, match="its outcome could not be written") as caught:
+            runner.outcome(key)
+    with pytest.raises(CaseError) as waited:
+        wait_for_case_file(tmp_path / "run", key, lost_after=5)
+    assert str(waited.value) == str(caught.value)
+    assert "UnicodeEncodeError" in engine_case_file(tmp_path / "run", key).read_text(encoding="utf-8")
+
+
+def test_engine_failures_that_are_not_case_errors_end_the_case_with_their_cause(tmp_path: Path) -> None:
+    settings = RunSettings(
+        targets=["reference/guardian"], judge="reference/judge", models_file=tmp_path / "absent.yaml",
+        models_file_given=False, scenarios=REPO / "scenarios", thresholds=REPO / "thresholds.yaml",
+        report_dir=tmp_path, cache_mode="off", cache_path=tmp_path / "unused.sqlite3",
+    )
+    key = CaseKey("reference/guardian", CASE)
+
+    def broken(*args: object):
+        raise ZeroDivisionError("scoring blew up")
+
+    with Runner(Plan.load(settings), run_dir=tmp_path / "run", evaluate=broken) as runner:
+        with pytest.raises(CaseError, match="^ZeroDivisionError: scoring blew up$") as caught:
+            runner.outcome(key)
+    assert isinstance(caught.value.__cause__, ZeroDivisionError)  # its traceback is kept
+    with pytest.raises(CaseError, match="^ZeroDivisionError: scoring blew up$"):
+        wait_for_case_file(tmp_path / "run", key, lost_after=5)
+
+
+# -- error text ----------------------------------------------------------------------------------
+def test_error_text_is_inert_and_key_shapes_are_masked() -> None:
+    hostile = "boom \x1b[31mred\x1b[0m\r\x07 \u202e \ud800 line\nnext\ttab"
+    assert inert(hostile) == "boom \\x1b[31mred\\x1b[0m\\x0d\\x07 \\u202e \\ud800 line\nnext\ttab"
+    echoed = "Incorrect API key provided: sk-proj-****wxyz. Header was Bearer abc.def-123; key AIzaSyA1234567890abcdefghijk"
+    assert redact(echoed) == "Incorrect API key provided: [redacted]. Header was [redacted]; key [redacted]"
+    assert redact("the key is hunter2-hunter2", ["hunter2-hunter2"]) == "the key is [redacted]"
+    assert str(CaseError(f"401: {FAKE_KEY} \x1b[2J")) == "401: [redacted] \\x1b[2J"
+
+
+# -- messages that count right -------------------------------------------------------------------
+def provider_call(spec_fields: dict) -> str:
+    """The ModelCallError message of one call through the engine's provider."""
+    import asyncio
+
+    from psychosis_tests.engine.providers import Provider
+    from psychosis_tests.errors import ModelCallError
+    from psychosis_tests.inputs.models import ModelSpec
+
+    async def call() -> str:
+        provider = Provider(cache=None, cache_mode="off")
+        try:
+            await provider.chat(
+                ModelSpec(**spec_fields), [{"role": "user", "content": "Hello."}], role="target", call_label="turn 1"
+            )
+        except ModelCallError as exc:
+            return str(exc)
+        finally:
+            await provider.aclose()
+        raise AssertionError("the call succeeded")
+
+    return asyncio.run(call())
+
+
+def test_a_retry_after_beyond_the_deadline_fails_at_once_and_says_so(loopback: ReferenceServer) -> None:
+    message = provider_call({"id": "slow-down", "model": "fault:429=600", "base_url": loopback.url, "deadline": 30})
+    assert loopback.requests_for("fault:429=600") == 1
+    assert message == (
+        f"turn 1: 'slow-down' at {loopback.url} failed: HTTP 429: rate limited (reference fault 429); "
+        "the next attempt would wait 600 s, past the call's 30 s deadline (1 attempt)"
+    )
+
+
+def test_a_refused_connection_names_its_cause_and_attempts() -> None:
+    with ReferenceServer() as server:
+        url = server.url  # a port that is closed once the server stops
+    message = provider_call({"id": "nobody-home", "model": "guardian", "base_url": url, "max_retries": 1})
+    assert re.fullmatch(
+        rf"turn 1: 'nobody-home' at {re.escape(url)} failed: cannot connect \(ConnectError: .*\[Errno \d+\].*\), after 2 attempts",
+        message,
+    ), message
+
+
+def test_the_transcript_caps_a_huge_reply_and_marks_a_cut_one(tmp_path: Path) -> None:
+    from psychosis_tests.engine.conversation import Transcript, Turn
+    from psychosis_tests.inputs.scenarios import load_scenario_file
+    from psychosis_tests.reports.html import REPLY_CHARS, transcript_html
+
+    scenario = load_scenario_file(REPO / "scenarios" / f"{CASE}.yaml")
+    turns = [
+        Turn(turn=1, phase=1, phase_name="engagement", user="Hi", reply="z" * (1 << 20), metrics=[]),
+        Turn(turn=2, phase=1, phase_name="engagement", user="Go on", reply="I was about to sa", metrics=[], finish_reason="length"),
+    ]
+    transcript = Transcript(model_id="m", scenario_id=CASE, repeat=0, model_version="v", judge_id="j", turns=turns)
+    outcome = evaluate_case.__globals__["CaseOutcome"](
+        key_model="m", key_scenario=CASE, archetype="a", variant="explicit",
+        transcripts=[transcript], phase_metrics=[], breaches=[], seconds=1.0,
+    )
+    page = transcript_html(outcome, scenario)
+    assert len(page) < REPLY_CHARS + 20_000
+    assert f"shown cut at {REPLY_CHARS:,} of {1 << 20:,} characters; the whole reply is in cases/m__{CASE}.json" in page
+    assert "the endpoint cut this reply at its length limit (finish_reason length)" in page
+
+
+# -- the fault plans themselves ----------------------------------------------------------------
+def test_fault_plans_parse_and_step_as_documented() -> None:
+    import random
+
+    from psychosis_tests.servers.faults import PlanError, Step, parse_plan
+
+    rng = random.Random(0)
+    plan = parse_plan("fault:429=1.5,503,ok@sycophant")
+    assert plan is not None and plan.answer_as == "sycophant"
+    assert [plan.step_for(n, rng, turn=1) for n in (1, 2, 3, 9)] == [Step("429", 1.5), Step("503"), Step("ok"), Step("ok")]
+    limited = parse_plan("fault:huge?turns=2-3")
+    assert limited is not None
+    assert [limited.step_for(1, rng, turn=t).name for t in (1, 2, 3, 4)] == ["ok", "huge", "huge", "ok"]
+    drawn = parse_plan("fault:random:429=0.2,500=0.05")
+    assert drawn is not None and drawn.random
+    names = [drawn.step_for(1, rng, turn=1).name for _ in range(4000)]
+    assert 0.17 < names.count("429") / 4000 < 0.23 and 0.03 < names.count("500") / 4000 < 0.07
+    assert parse_plan("guardian") is None
+    assert parse_plan("flaky") == parse_plan("fault:429,503,ok")
+    for bad, says in (("fault:teapot", "unknown fault step 'teapot'"), ("fault:", "at least one step"),
+                      ("fault:random:429", "needs a probability"), ("fault:ok?turn=1", "expected turns=N")):
+        with pytest.raises(PlanError, match=re.escape(says)):
+            parse_plan(bad)
+
+
+def test_a_base_url_without_v1_gets_a_hint(loopback: ReferenceServer) -> None:
+    url = loopback.url.removesuffix("/v1")
+    message = provider_call({"id": "no-v1", "model": "guardian", "base_url": url})
+    assert message == (
+        f"turn 1: 'no-v1' at {url} failed: HTTP 404: no such endpoint: POST /chat/completions "
+        "(is base_url missing /v1?) (not retryable, 1 attempt)"
+    )

@@ -1,0 +1,236 @@
+"""`--shard K/N` and `python -m psychosis_tests merge`: a run split over CI jobs gives the same
+results as the run done in one job, and a merge refuses shards that do not make one run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from psychosis_tests import __main__ as cli
+from psychosis_tests.errors import ConfigError
+from psychosis_tests.inputs.scenarios import load_scenarios
+from psychosis_tests.inputs.shards import ShardSpec, assign
+from psychosis_tests.merge import copy_allure_results
+from psychosis_tests.plugin import BENCHMARK_MODULE, session_key
+from psychosis_tests.servers.reference_server import ReferenceServer
+
+pytest_plugins = ["pytester"]
+
+REPO = Path(__file__).resolve().parents[1]
+SCENARIOS = REPO / "scenarios"
+THRESHOLDS = REPO / "thresholds.yaml"
+REFERENCE_RUN = ("--model", "reference/keyword-guard", "--judge", "reference/judge")
+RUN_DEPENDENT = {"run_id", "started_at", "finished_at", "shard", "selection", "merged_from"}
+"""Run metadata that names the run itself rather than what it found."""
+
+
+# -- the split --------------------------------------------------------------------------------
+def test_split_is_balanced_and_covers_every_case_once() -> None:
+    names = [f"case-{i:02d}" for i in range(17)]
+    shards = assign(names, 4, name=str, weight=lambda _: 24)
+    assert sorted(n for shard in shards for n in shard) == names
+    assert sorted(len(s) for s in shards) == [4, 4, 4, 5]
+    # The same selection in another order splits the same way: nothing depends on the machine.
+    assert assign(list(reversed(names)), 4, name=str, weight=lambda _: 24) == shards
+
+
+def test_split_balances_work_not_only_case_counts() -> None:
+    weights = {"long-a": 40, "long-b": 40, "short-a": 10, "short-b": 10, "short-c": 10, "short-d": 10}
+    shards = assign(list(weights), 2, name=str, weight=weights.__getitem__)
+    assert [sum(weights[n] for n in s) for s in shards] == [60, 60]
+
+
+@pytest.mark.parametrize("text", ["0/4", "5/4", "2", "a/b", "2/0", ""])
+def test_bad_shard_says_what_is_expected(text: str) -> None:
+    with pytest.raises(ConfigError, match="expects K/N"):
+        ShardSpec.parse(text)
+
+
+# -- runs -------------------------------------------------------------------------------------
+class Runs:
+    def __init__(self, pytester: pytest.Pytester):
+        self.pytester = pytester
+        self.report_dir = pytester.path / "reports"
+
+    def run(self, *extra: str, plugins: tuple[object, ...] = ()) -> tuple[pytest.RunResult, Path]:
+        before = set(self.report_dir.glob("*/results.json"))
+        result = self.pytester.runpytest(
+            str(BENCHMARK_MODULE), "-p", "psychosis_tests.plugin", "-p", "no:cacheprovider",
+            f"--report-dir={self.report_dir}", f"--cache-path={self.pytester.path / 'cache.sqlite3'}",
+            f"--scenarios={SCENARIOS}", f"--thresholds={THRESHOLDS}", *extra, plugins=list(plugins),
+        )
+        (results,) = set(self.report_dir.glob("*/results.json")) - before
+        return result, results.parent
+
+
+def merge(*runs: Path, out: Path, extra: tuple[str, ...] = ()) -> int:
+    return cli.main(
+        ["merge", *map(str, runs), f"--out={out}", f"--scenarios={SCENARIOS}", f"--thresholds={THRESHOLDS}", *extra]
+    )
+
+
+def comparable(run_dir: Path) -> tuple[dict, list, dict]:
+    """results.json's run metadata without what names the run, its cases, and the statistics."""
+    results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
+    summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    meta = {k: v for k, v in results["run"].items() if k not in RUN_DEPENDENT}
+    # Tokens must agree; which calls the response cache answered depends on what ran before.
+    for case in results["cases"]:
+        case["usage"] = {r: (u["calls"], u["prompt_tokens"], u["completion_tokens"]) for r, u in case["usage"].items()}
+    return meta, results["cases"], summary["statistics"]
+
+
+@pytest.fixture
+def runs(pytester: pytest.Pytester) -> Runs:
+    return Runs(pytester)
+
+
+def test_four_shards_merged_equal_the_run_in_one_job(runs: Runs, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    one_job, whole = runs.run(*REFERENCE_RUN, "-rA")
+    one_job.assert_outcomes(passed=8, failed=8)
+    shard_dirs = []
+    collected = []
+    for k in range(1, 5):
+        result, run_dir = runs.run(*REFERENCE_RUN, f"--shard={k}/4", "-rA")
+        outcomes = result.parseoutcomes()
+        collected.append(outcomes.get("passed", 0) + outcomes.get("failed", 0))
+        assert json.loads((run_dir / "results.json").read_text())["run"]["shard"] == {"index": k, "count": 4}
+        shard_dirs.append(run_dir)
+    assert collected == [4, 4, 4, 4]
+    out = tmp_path / "merged"
+    assert merge(*shard_dirs, out=out) == 1  # keyword-guard fails 8 cases: the merge gates like the run
+    assert "8 case(s) failed and 0 errored" in capsys.readouterr().err
+    assert comparable(out) == comparable(whole)
+    assert sorted(p.name for p in (out / "cases").iterdir()) == sorted(p.name for p in (whole / "cases").iterdir())
+
+
+def test_merge_recomputes_the_baseline_comparison(runs: Runs, tmp_path: Path) -> None:
+    """Shards run without a baseline, merged with --baseline, compare exactly as the one job run
+    with it: the merge scores the pooled verdicts itself rather than copying the shards' verdicts."""
+    _, baseline = runs.run("--model", "reference/guardian", "--judge", "reference/judge", "-k", "conduit or sweetheart")
+    args = (*REFERENCE_RUN, "-k", "conduit or sweetheart")
+    _, whole = runs.run(*args, f"--baseline={baseline}")
+    shard_dirs = [runs.run(*args, f"--shard={k}/2")[1] for k in (1, 2)]
+    assert not any(c["regressions"] for d in shard_dirs for c in comparable(d)[1])
+    out = tmp_path / "merged"
+    assert merge(*shard_dirs, out=out, extra=(f"--baseline={baseline}",)) == 1
+    assert comparable(out) == comparable(whole)
+    assert any(c["regressions"] for c in comparable(out)[1])  # the comparison really ran
+
+
+def test_missing_duplicated_and_foreign_shards_are_refused(runs: Runs, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    args = ("--model", "reference/guardian", "--judge", "reference/judge", "-k", "conduit")
+    first, second = (runs.run(*args, f"--shard={k}/2")[1] for k in (1, 2))
+
+    assert merge(first, out=tmp_path / "a") == 2
+    assert "shard(s) 2/2 missing" in capsys.readouterr().err
+
+    copy = tmp_path / "copy-of-first"
+    shutil.copytree(first, copy)
+    data = json.loads((copy / "results.json").read_text())
+    data["run"]["run_id"] = "another-run"
+    (copy / "results.json").write_text(json.dumps(data))
+    assert merge(first, copy, second, out=tmp_path / "b") == 2
+    assert "shard 1/2 given twice" in capsys.readouterr().err
+
+    other_judge = tmp_path / "other-judge"
+    shutil.copytree(second, other_judge)
+    data = json.loads((other_judge / "results.json").read_text())
+    data["run"]["judge"] = "reference/other"
+    (other_judge / "results.json").write_text(json.dumps(data))
+    assert merge(first, other_judge, out=tmp_path / "c") == 2
+    err = capsys.readouterr().err
+    assert "runs disagree in judge" in err and len(err.strip().splitlines()) == 1
+
+    _, unsharded = runs.run(*args)
+    assert merge(first, unsharded, out=tmp_path / "d") == 2
+    assert "was not run with --shard" in capsys.readouterr().err
+
+    assert merge(first, second, out=tmp_path / "e") == 0  # the two halves make one run, and guardian passes
+
+
+@pytest.fixture(scope="module")
+def loopback() -> Iterator[ReferenceServer]:
+    with ReferenceServer() as server:
+        yield server
+
+
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["n0", "n2"])
+def test_a_shard_calls_models_for_its_own_cases_only(runs: Runs, loopback: ReferenceServer, xdist: list[str]) -> None:
+    """Conversations start at session start from the preselection: it must be split the same way,
+    or the other shards' cases would be paid for here too."""
+    models = runs.pytester.path / "models.yaml"
+    models.write_text(yaml.safe_dump({"models": [
+        {"id": "counted", "model": "guardian", "base_url": loopback.url},
+        {"id": "counted-judge", "model": "judge", "base_url": loopback.url},
+    ]}), encoding="utf-8")
+    scenarios = {s.id: s for s in load_scenarios(SCENARIOS)}
+
+    class StartedAtSessionStart:
+        """What the engine started from the preselection, before collection could correct it."""
+
+        started: list[str] = []
+
+        @pytest.hookimpl(trylast=True)
+        def pytest_sessionstart(self, session: pytest.Session) -> None:
+            runner = session.config.stash[session_key]._runner
+            StartedAtSessionStart.started = sorted(k.scenario_id for k in runner._futures) if runner else []
+
+    mine = []
+    for k in (1, 2, 3):
+        before = loopback.request_count
+        result, run_dir = runs.run(
+            f"--models-file={models}", "--model", "counted", "--judge", "counted-judge",
+            "-k", "conduit or medical or secret", f"--shard={k}/3", "--cache-mode=off", "-rA", *xdist,
+            plugins=(StartedAtSessionStart(),),
+        )
+        ids = [c["scenario"] for c in json.loads((run_dir / "results.json").read_text())["cases"]]
+        assert result.parseoutcomes().get("passed") == len(ids) == 2
+        assert StartedAtSessionStart.started == sorted(ids)
+        calls = sum(len(scenarios[s].turns) + scenarios[s].judged_turns for s in ids)
+        assert loopback.request_count - before == calls
+        mine += ids
+    assert sorted(mine) == sorted(s for s in scenarios if s.split("-")[0] in ("conduit", "medical", "secret"))
+
+
+def test_merge_writes_one_allure_folder_with_one_summary(runs: Runs, tmp_path: Path) -> None:
+    args = ("--model", "reference/guardian", "--judge", "reference/judge", "-k", "conduit")
+    shard_dirs, allure_dirs = [], []
+    for k in (1, 2):
+        allure = tmp_path / f"allure-{k}"
+        shard_dirs.append(runs.run(*args, f"--shard={k}/2", f"--alluredir={allure}")[1])
+        allure_dirs.append(allure)
+    out_allure = tmp_path / "allure-merged"
+    extra = (f"--alluredir={out_allure}", *(f"--allure-from={d}" for d in allure_dirs))
+    assert merge(*shard_dirs, out=tmp_path / "merged", extra=extra) == 0
+    results = [json.loads(p.read_text()) for p in out_allure.glob("*-result.json")]
+    summaries = [r for r in results if r["name"] == "psychosis-bench benchmark summary"]
+    assert len(summaries) == 1 and "2 cases" in summaries[0]["description"]
+    assert sorted(r["name"] for r in results if r not in summaries) == sorted(
+        r["name"] for d in allure_dirs for p in d.glob("*-result.json")
+        if (r := json.loads(p.read_text()))["name"] != "psychosis-bench benchmark summary"
+    )
+    attached = {a["source"] for r in results for a in r.get("attachments", [])}
+    assert attached <= {p.name for p in out_allure.iterdir()}  # every attachment a result names is there
+    assert (out_allure / "environment.properties").is_file()
+    # A case scored differently by the merge (other thresholds, say) carries the merged status.
+    relabelled = tmp_path / "allure-relabelled"
+    copy_allure_results(allure_dirs, relabelled, {("reference/guardian", "conduit-explicit"): "failed"})
+    cases = [json.loads(p.read_text()) for p in relabelled.glob("*-result.json")]
+    statuses = {r["name"].split(":")[0]: (r["status"], (r.get("statusDetails") or {}).get("message", "")) for r in cases}
+    assert statuses["reference/guardian · conduit-explicit"][0] == "failed"
+    assert statuses["reference/guardian · conduit-explicit"][1].startswith("merge: failed when scored again (passed in its shard)")
+    assert statuses["reference/guardian · conduit-implicit"][0] == "passed"
+
+
+def test_a_bad_shard_stops_the_run_before_any_call(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest(str(BENCHMARK_MODULE), "-p", "psychosis_tests.plugin", "-p", "no:cacheprovider",
+                                f"--report-dir={pytester.path / 'reports'}", "--model=reference/guardian", "--shard=5/4")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--shard expects K/N with 1 <= K <= N (e.g. --shard 2/4), got '5/4'*"])
+    assert not (pytester.path / "reports").exists()
