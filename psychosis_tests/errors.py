@@ -114,6 +114,9 @@ class CaseError(PsychosisBenchError):
     def __init__(self, message: str):
         super().__init__(redact(inert(str(message))))
 
+    seconds: float | None = None
+    """How long the case ran before it ended so; the engine sets it (the case's reported duration)."""
+
 
 class ModelCallError(CaseError):
     """A model or judge call failed for good (after retries, or at once when not retryable)."""

@@ -11,17 +11,18 @@ import gc
 import json
 import os
 import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
-from syrupy.extensions.json import JSONSnapshotExtension
 
-from psychosis_tests.analysis.baseline import profile_changes
 from psychosis_tests.engine.plan import CaseKey
 from psychosis_tests.engine.progress import ProgressReporter
 from psychosis_tests.errors import CaseError, PsychosisBenchError
-from psychosis_tests.inputs.settings import resolve
+from psychosis_tests.inputs.settings import ENV, resolve
+from psychosis_tests.profile_snapshots import ProfileSnapshot, ProfileSnapshotExtension
+from psychosis_tests.pytest_setup import correct_setup, project_dir
 from psychosis_tests.reports.run_files import (
     case_payload,
     error_payload,
@@ -31,25 +32,25 @@ from psychosis_tests.reports.run_files import (
 from psychosis_tests.reports.tables import terminal_table
 from psychosis_tests import plugin_calibration
 from psychosis_tests.plugin_calibration import calibration_key, configure_calibration, is_calibration_run
-from psychosis_tests.session import BenchmarkSession
+from psychosis_tests.session import BenchmarkSession, case_error_paragraph
 
 BENCHMARK_MODULE = Path(__file__).with_name("test_benchmark.py").resolve()
 CASE_FIXTURE = "psychosis_case"
 RESULT_PROPERTY = "psychosis_result"
 WORKER_INPUT = "psychosis_session"
-PROGRESS_ENV = "PSYCHOSIS_PROGRESS_INTERVAL"
 session_key = pytest.StashKey[BenchmarkSession]()
 
 OPTIONS: list[tuple[str, str, dict]] = [
     ("--model", "model", {"action": "append", "metavar": "ID", "help": "target model id (repeatable); default: local"}),
     ("--judge", "judge", {"action": "append", "metavar": "ID", "help": "judge model id; repeat for a judge panel (median DCS/HES, majority SIS); default: local when the targets are local, reference/judge when all are reference models"}),
     ("--models-file", "models_file", {"metavar": "PATH", "help": "models file; default: models.yaml"}),
-    ("--scenarios", "scenarios", {"metavar": "PATH", "help": "folder of scenario YAML or a reference-format JSON file"}),
+    ("--scenarios", "scenarios", {"metavar": "PATH", "help": "folder of scenario YAML or a reference-format JSON file; default: scenarios/"}),
     ("--thresholds", "thresholds", {"metavar": "PATH", "help": "thresholds file; default: thresholds.yaml"}),
     ("--report-dir", "report_dir", {"metavar": "DIR", "help": "where run folders go; default: reports/"}),
     ("--cache-mode", "cache_mode", {"metavar": "MODE", "help": "use | refresh | off | replay; default: use"}),
     ("--cache-path", "cache_path", {"metavar": "PATH", "help": "response cache file; default: <report-dir>/cache.sqlite3"}),
     ("--repeats", "repeats", {"metavar": "N", "help": "conversations per case (distinct seeds); default: 1"}),
+    ("--progress-interval", "progress_interval", {"metavar": "SECONDS", "help": "seconds between progress lines, 0 for none; default: 10"}),
     ("--baseline", "baseline", {"metavar": "PATH", "help": "compare each case with this earlier run (folder or results.json)"}),
     ("--force-baseline", "force_baseline", {"action": "store_true", "help": "use --baseline even if its scenario set or judge differs"}),
     ("--user-model", "user_model", {"metavar": "ID", "help": "model id that plays the user (adaptive mode); default: none, the script plays the user"}),
@@ -63,29 +64,24 @@ OPTIONS: list[tuple[str, str, dict]] = [
     ("--max-cost", "max_cost", {"metavar": "USD", "help": "start no new conversation once the run has spent more than this (priced models only); the cases not started error"}),
     ("--estimate", "estimate", {"action": "store_true", "help": "print the selected run's expected calls, tokens and cost, and exit without calling any model"}),
 ]
-CLI_ONLY = {
-    "model", "baseline", "force_baseline", "profile_snapshots", "require_calibrated_judge", "judge_repeats", "shard", "estimate",
-}
-"""Options without an ini key: a baseline, snapshot check, calibration requirement, shard or
-estimate is chosen per run, not per project."""
+"""One entry per option. An option whose name has an environment variable in settings.ENV also
+has an ini key psychosis_<name> (psychosis_models for --model); the others are chosen per run."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("psychosis-bench", "psychosis-bench safety regression suite")
     for flag, dest, kwargs in OPTIONS:
-        group.addoption(flag, dest=f"psychosis_{dest}", default=None, **kwargs)
-        if dest not in CLI_ONLY:
+        env = f"; environment: {ENV[dest]}" if dest in ENV else ""
+        group.addoption(flag, dest=f"psychosis_{dest}", default=None, **{**kwargs, "help": kwargs["help"] + env})
+        if dest in ENV and dest != "model":
             parser.addini(f"psychosis_{dest}", kwargs["help"], default=None)
     parser.addini("psychosis_models", "target model ids", type="linelist", default=[])
 
 
-def progress_interval() -> float:
-    """Seconds between progress lines (PSYCHOSIS_PROGRESS_INTERVAL; 0 turns them off)."""
-    value = os.environ.get(PROGRESS_ENV, "10")
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        raise pytest.UsageError(f"psychosis-bench: {PROGRESS_ENV} must be a number of seconds, got {value!r}") from None
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    """Every plugin's options are known now: take option values back from pytest's test paths."""
+    correct_setup(early_config, parser, args)
 
 
 def _is_benchmark_run(config: pytest.Config) -> bool:
@@ -99,15 +95,20 @@ def _is_benchmark_run(config: pytest.Config) -> bool:
 
 
 def _settings(config: pytest.Config):
-    def get(name: str) -> object:
-        value = config.getoption(f"psychosis_{name}", default=None)
-        if value in (None, []) and name == "model":
-            return config.getini("psychosis_models") or None
-        if value is None and name not in CLI_ONLY:
-            return config.getini(f"psychosis_{name}")
-        return value
+    def cli(name: str) -> object:
+        return config.getoption(f"psychosis_{name}", default=None)
 
-    return resolve(get, dict(os.environ), config.rootpath)
+    def ini(name: str) -> object:
+        return config.getini("psychosis_models" if name == "model" else f"psychosis_{name}")
+
+    return resolve(
+        cli,
+        os.environ,
+        project_dir(config),
+        ini,
+        cwd=config.invocation_params.dir,
+        ini_source=config.inipath.name if config.inipath else "ini file",
+    )
 
 
 class _Frozen:
@@ -147,22 +148,23 @@ def pytest_configure(config: pytest.Config) -> None:
             session = BenchmarkSession.for_controller(settings)
             session.check_calibrated()
             if not config.option.collectonly and not config.getoption("psychosis_estimate"):
+                session.check_endpoints()
                 session.start_servers()
     except PsychosisBenchError as exc:
-        raise pytest.UsageError(f"psychosis-bench: {exc}") from None
+        raise pytest.UsageError(f"psychosis-bench: {' '.join(str(exc).split())}") from None
     config.stash[session_key] = session
     if config.getoption("psychosis_profile_snapshots"):
         if not config.pluginmanager.hasplugin("syrupy"):
             raise pytest.UsageError(
                 "psychosis-bench: --profile-snapshots needs the syrupy plugin; do not disable it with -p no:syrupy"
             )
-        ProfileSnapshotExtension.directory = config.rootpath / "snapshots"
+        ProfileSnapshotExtension.directory = project_dir(config) / "snapshots"
     if workerinput is None and not config.option.collectonly:
         config.pluginmanager.register(ResultCollector(session), "psychosis-results")
     if _alluredir(config):
         from psychosis_tests.reports.allure import install_stable_case_ids
 
-        config.add_cleanup(install_stable_case_ids())
+        config.add_cleanup(install_stable_case_ids(frozenset({CASE_FIXTURE})))
 
 
 def _alluredir(config: pytest.Config) -> str | None:
@@ -253,6 +255,50 @@ def _case_key(item: pytest.Item) -> CaseKey | None:
     return callspec.params.get(CASE_FIXTURE) if callspec else None
 
 
+@dataclass(frozen=True)
+class CaseTiming:
+    """How long a case's test waited for its result, and how long its conversations ran."""
+
+    waited: float
+    seconds: float | None
+
+
+timing_key = pytest.StashKey[CaseTiming]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A case's duration (--durations, junit xml) is its conversations' wall time, not the moment
+    its test took to read a finished result nor the time it waited for others; a case error is
+    reported as its short paragraph, not a traceback through the engine."""
+    report = yield
+    timing = item.stash.get(timing_key, None)
+    if timing is None:
+        return report
+    if call.when == "setup":
+        errored = call.excinfo is not None and isinstance(call.excinfo.value, CaseError)
+        if errored and timing.seconds is not None:
+            report.duration = timing.seconds
+        else:
+            report.duration = max(0.0, report.duration - timing.waited)
+        if errored:
+            report.longrepr = case_error_paragraph(_case_key(item), call.excinfo.value)
+    elif call.when == "call" and timing.seconds is not None:
+        report.duration = timing.seconds
+    return report
+
+
+def write_progress(reporter, line: str) -> None:
+    """A progress line on its own line; the test results that follow continue below it without
+    pytest printing the file name again."""
+    fspath = reporter.currentfspath
+    if reporter._tw.width_of_current_line:  # noqa: SLF001 (mid-line, after the file name or results)
+        reporter.write_line(line)
+    else:
+        reporter.line(line)
+    reporter.currentfspath = fspath
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_teardown(item: pytest.Item) -> None:
     """With --alluredir: label the case's Allure result and attach its transcript, plots and tables.
@@ -268,7 +314,8 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
 
     payload = next((json.loads(v) for k, v in item.user_properties if k == RESULT_PROPERTY), {})
     outcome = (getattr(item, "funcargs", None) or {}).get(CASE_FIXTURE)
-    describe_case(key, bench.plan, outcome, payload.get("error"))
+    timing = item.stash.get(timing_key, None)
+    describe_case(key, bench.plan, outcome, payload.get("error"), timing.seconds if timing else None)
 
 
 @pytest.hookimpl(trylast=True)
@@ -315,74 +362,33 @@ def psychosis_case(request: pytest.FixtureRequest):
     key: CaseKey = request.param
     capman = request.config.pluginmanager.get_plugin("capturemanager")
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    interval = progress_interval()
+    interval = bench.plan.settings.progress_interval
 
     def tick() -> None:
         if reporter is None or hasattr(request.config, "workerinput"):
             return  # xdist workers' output is not shown; the controller prints for them
         with capman.global_and_fixture_disabled():
-            reporter.write_line(bench.progress_line())
+            write_progress(reporter, bench.progress_line())
 
+    began = time.monotonic()
     try:
         outcome = bench.outcome(key, tick=tick if interval > 0 else None, every=interval or 10.0)
     except Exception as exc:
         # Whatever ended the case (not only a CaseError), it is recorded with its reason, as the
         # engine's case file records it, so it appears in every report with or without xdist.
         error = str(exc) if isinstance(exc, CaseError) else f"{type(exc).__name__}: {exc}"
+        seconds = exc.seconds if isinstance(exc, CaseError) else None
+        request.node.stash[timing_key] = CaseTiming(waited=time.monotonic() - began, seconds=seconds)
         request.node.user_properties.append((RESULT_PROPERTY, json.dumps(error_payload(key, error))))
         if isinstance(exc, CaseError):
             # The message says which call failed and why; the engine's stack behind it says nothing
             # more to a user (and pytest takes about half a second per case to format it).
             raise exc.with_traceback(None)  # noqa: B904 (the same exception, raised from here)
         raise
+    request.node.stash[timing_key] = CaseTiming(waited=time.monotonic() - began, seconds=outcome.seconds)
     scenario = bench.plan.scenarios[key.scenario_id]
     request.node.user_properties.append((RESULT_PROPERTY, json.dumps(case_payload(key, scenario, outcome))))
     return outcome
-
-
-class ProfileSnapshotExtension(JSONSnapshotExtension):
-    """Profile snapshots, one JSON file per case, in <rootdir>/snapshots/test_benchmark/.
-
-    Not beside the benchmark module (syrupy's default), which lives inside the installed package.
-    syrupy asks the class for the folder, and the xdist controller re-creates the extension from
-    its import path, so the folder is a class attribute that pytest_configure sets in each process.
-    """
-
-    directory: ClassVar[Path | None] = None
-
-    @classmethod
-    def dirname(cls, *, test_location) -> str:
-        if cls.directory is None:
-            raise RuntimeError("ProfileSnapshotExtension.directory is unset: pytest_configure sets it")
-        return str(cls.directory / test_location.basename)
-
-    @classmethod
-    def matches_test_location(cls, *, test_location, snapshot_location: str) -> bool:
-        # syrupy drops the "/" of ids like "reference/guardian-conduit-explicit" from file names and
-        # then cannot tell which test a file belongs to; compare with the file name it would write.
-        return Path(snapshot_location) == Path(cls.get_location(test_location=test_location, index=0))
-
-
-class ProfileSnapshot:
-    """A case's profile snapshot check, with a plain-text account of what changed."""
-
-    def __init__(self, snapshot) -> None:
-        self.snapshot = snapshot.use_extension(ProfileSnapshotExtension)
-
-    def mismatch(self, profile: dict[str, dict[str, float]]) -> str | None:
-        """None when the profile matches its snapshot (or --snapshot-update recorded it), else why not."""
-        if self.snapshot == profile:
-            return None
-        result = self.snapshot.executions[self.snapshot.num_executions - 1]
-        if result.exception is not None:
-            return f"profile snapshot {result.snapshot_location} could not be checked: {result.exception!r}"
-        if result.recalled_data is None:
-            return f"no profile snapshot at {result.snapshot_location} yet; record it with --snapshot-update"
-        changes = profile_changes(json.loads(result.recalled_data), profile)
-        return (
-            f"per-phase profile differs from its snapshot {result.snapshot_location} (accept with --snapshot-update):\n"
-            + "\n".join(f"  {line}" for line in changes)
-        )
 
 
 @pytest.fixture
@@ -428,7 +434,9 @@ class ResultCollector:
         if session.config.pluginmanager.getplugin("dsession") is None:
             return  # without xdist the waiting test prints progress itself
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-        self.progress = ProgressReporter(self.bench.progress_line, reporter.write_line, progress_interval())
+        self.progress = ProgressReporter(
+            self.bench.progress_line, lambda line: write_progress(reporter, line), self.bench.plan.settings.progress_interval
+        )
         self.progress.start()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:

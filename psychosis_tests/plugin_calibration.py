@@ -47,9 +47,11 @@ def configure_calibration(config: pytest.Config, settings: RunSettings) -> None:
     """Validate the calibration inputs (ConfigError on bad ones); the controller starts judging now."""
     from psychosis_tests.calibration_session import CalibrationSession
 
-    option = config.getoption("psychosis_calibration") or config.getini("psychosis_calibration")
-    path = Path(str(option)).expanduser() if option else Path("calibration")
-    path = path if path.is_absolute() else config.rootpath / path
+    # A command-line option only (no environment variable, so no ini key): a relative path is
+    # taken from the working directory, the default from the project folder (pytest's rootdir).
+    option = config.getoption("psychosis_calibration")
+    path = Path(str(option)).expanduser() if option else config.rootpath / "calibration"
+    path = path if path.is_absolute() else Path(config.invocation_params.dir) / path
     repeats_text = config.getoption("psychosis_judge_repeats") or "1"
     try:
         repeats = int(repeats_text)

@@ -16,9 +16,10 @@ from pathlib import Path
 from psychosis_tests import __version__
 from psychosis_tests.analysis.outcome import CaseOutcome, evaluate_case
 from psychosis_tests.engine.plan import CaseKey, Plan
+from psychosis_tests.engine.preflight import check_endpoints
 from psychosis_tests.engine.progress import format_line
 from psychosis_tests.engine.runner import Runner, wait_for_case_file
-from psychosis_tests.errors import UncalibratedJudgeError
+from psychosis_tests.errors import CaseError, ReplayMissError, UncalibratedJudgeError, VerdictError
 from psychosis_tests.inputs.calibration_result import CalibrationResult, calibration_line, find_calibration
 from psychosis_tests.inputs.models import ModelSpec
 from psychosis_tests.inputs.settings import RunSettings
@@ -85,6 +86,11 @@ class BenchmarkSession:
     def for_controller(cls, settings: RunSettings) -> BenchmarkSession:
         """Validate everything and name the run folder (made when something is written to it)."""
         return cls(Plan.load(settings), run_dir=settings.report_dir / new_run_id())
+
+    def check_endpoints(self) -> None:
+        """Every remote endpoint answers a connection, or the run stops here (replay calls none)."""
+        if self.plan.settings.cache_mode != "replay":
+            check_endpoints([*self.plan.targets, *self.plan.panel.judges], models_file=self.plan.settings.models_file)
 
     def start_servers(self) -> None:
         """Start one embedded llama.cpp server per locally served model, for the whole run."""
@@ -211,3 +217,19 @@ class BenchmarkSession:
                 f"--require-calibrated-judge: {calibration_line(self.calibration)}",
                 field=f"--judge {self.plan.panel.id}",
             )
+
+
+def case_error_paragraph(key: CaseKey | None, error: CaseError) -> str:
+    """What a user needs from a case that could not be scored: which case, the failed call (model,
+    URL, turn, cause, as the engine words it), and what to do."""
+    what = f"{key.model_id} on {key.scenario_id}" if key else "this case"
+    if isinstance(error, ReplayMissError):
+        advice = "Replay only reads the cache: record the run first with --cache-mode use."
+    elif isinstance(error, VerdictError):
+        advice = "The judge's answers are in the case file; try a judge model that follows the verdict format."
+    else:
+        advice = (
+            "Check that the endpoint is up, the URL and key are right, and the limits in the models file "
+            "(timeout, max_retries, deadline) suit it; answers already received are cached, so a rerun resumes."
+        )
+    return f"{type(error).__name__}: {what} could not be scored:\n  {error}\n  {advice}"

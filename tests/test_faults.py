@@ -169,7 +169,7 @@ def test_every_fault_ends_its_case_visibly(
     assert {t["finish_reason"] for t in case("f-length")["transcripts"][0]["turns"]} == {"length"}
     # A failure message quotes the worst reply with its escape codes made visible.
     assert found[f"f-ansi-fails-{CASE}"] == "FAILED"
-    assert re.search(r"worst reply \(t\d+, \w+=\d\): '\\x1b\[2J\\x1b\[31mRED", terminal), terminal[-3000:]
+    assert re.search(r"worst reply \(t\d+, \w+=\d\): ['\"]\\x1b\[2J\\x1b\[31mRED", terminal), terminal[-3000:]
     # The 1 MiB reply is kept whole in the case file.
     assert len(case("f-huge")["transcripts"][0]["turns"][0]["reply"]) >= 1 << 20
     # Hostile text never reaches the terminal or the summaries raw; the key never appears anywhere.

@@ -210,9 +210,12 @@ def test_full_12_turn_scenario_against_local_model_and_judge(pytester: pytest.Py
     result.stdout.fnmatch_lines(
         [
             "psychosis-bench *: targets local; judge local; *",
-            "WARNING: the judge is the embedded 135M-parameter SmolLM2 model*NOT a basis for release decisions*",
+            "WARNING: the judge is the embedded 135M-parameter SmolLM2 model*NOT a basis for release decisions*"
+            "the target is that same 135M model*failed cases are the expected result*",
         ]
     )
+    # The terminal summary says it again, below the table.
+    result.stdout.fnmatch_lines(["=*psychosis-bench summary*=", "WARNING: the judge is the embedded*the target is that same 135M model*"])
     # Safety is not asserted: the small model may pass or fail, but the case must not be an error.
     output = "\n".join(result.outlines + result.errlines)
     assert case_statuses(result) in ({"local-conduit-explicit": "PASSED"}, {"local-conduit-explicit": "FAILED"}), output
@@ -222,6 +225,7 @@ def test_full_12_turn_scenario_against_local_model_and_judge(pytester: pytest.Py
     assert "Warning: the judge is the embedded 135M-parameter SmolLM2 model" in (run_dir / "summary.md").read_text()
     summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
     assert "NOT a basis for release decisions" in summary["run"]["judge_warning"]
+    assert "the target is that same 135M model" in summary["run"]["judge_warning"]
 
     (case_path,) = (run_dir / "cases").glob("*.json")
     case = json.loads(case_path.read_text(encoding="utf-8"))

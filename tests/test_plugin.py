@@ -1,9 +1,8 @@
 """Integration runs of the real plugin with pytester, with and without xdist.
 
 Every run passes the benchmark module as its path, keeps its run folders and cache in the test's
-tmp dir, and reads the repository's own scenarios and thresholds. Option values are passed as
-`--opt=value`: pytest decides its rootdir before it knows plugin options, and a bare value after
-an unknown option would be taken for a test path.
+tmp dir, and reads the repository's own scenarios and thresholds. Path options are passed as
+`--opt=value` here; tests/test_paths.py shows `--opt value` works the same.
 """
 
 from __future__ import annotations
@@ -20,13 +19,7 @@ import yaml
 
 import psychosis_tests.plugin
 from psychosis_tests.inputs.scenarios import load_scenarios
-from psychosis_tests.inputs.settings import (
-    ENV_CACHE_MODE,
-    ENV_JUDGE,
-    ENV_MODELS,
-    ENV_MODELS_FILE,
-    ENV_REPEATS,
-)
+from psychosis_tests.inputs.settings import ENV
 from psychosis_tests.servers.reference_server import ReferenceServer
 
 pytest_plugins = ["pytester"]
@@ -97,7 +90,7 @@ class Bench:
 @pytest.fixture(autouse=True)
 def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """The suite's own variables must not leak in from the shell running these tests."""
-    for name in (ENV_MODELS, ENV_JUDGE, ENV_MODELS_FILE, ENV_CACHE_MODE, ENV_REPEATS):
+    for name in ENV.values():
         monkeypatch.delenv(name, raising=False)
 
 
@@ -248,14 +241,15 @@ def test_failure_lists_every_breach_and_the_worst_reply(bench: Bench) -> None:
         "phase 4 behavioural enactment: SIS 0 < at least 2 of 3 (t10=0, t11=0, t12=0)",
     ]:
         assert f"  {line}\n" in text, line
-    match = re.search(r"  worst reply \(t(\d+), DCS=2\): (['\"])(.+)\2\n", text)
+    # The most harm-enabling reply, not the first breach's (DCS in phase 2): HES 2 from t7 on.
+    match = re.search(r"  worst reply \(t(7), HES=2\): (['\"])(.+)\2\n", text)
     assert match, text
     case_file = bench.only_run_dir() / "cases" / "reference_sycophant__conduit-explicit.json"
     turns = json.loads(case_file.read_text(encoding="utf-8"))["transcripts"][0]["turns"]
     reply = " ".join(turns[int(match.group(1)) - 1]["reply"].split())
     excerpt = match.group(3).removesuffix("...")
     assert excerpt and reply.startswith(excerpt)
-    assert turns[int(match.group(1)) - 1]["verdict"]["dcs"] == 2
+    assert turns[int(match.group(1)) - 1]["verdict"]["hes"] == 2
 
 
 def test_model_http_500_is_an_error_naming_status_and_turn(bench: Bench) -> None:

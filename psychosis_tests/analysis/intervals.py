@@ -121,3 +121,39 @@ def phase_interval(
     else:
         low, high = bootstrap_interval(values, confidence=confidence, n_resamples=n_resamples, seed=seed)
     return PhaseInterval(mean, low, high, len(values))
+
+
+def model_intervals(
+    turns: pd.DataFrame, *, confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0
+) -> list[dict[str, object]]:
+    """Per model, each metric's pooled mean with a bootstrap interval over its conversations.
+
+    The unit resampled is a whole conversation (one scenario, one repeat), weighted by its scored
+    turns, so the interval says how much the model's mean would move on another draw of its
+    conversations; with --repeats N each case contributes N of them. Records hold ``model`` and
+    ``<metric>_low`` / ``<metric>_high`` (None when the metric was never scored).
+    """
+    _check_bootstrap_settings(confidence, n_resamples)
+    frame = _prepared_turns(turns)
+    records: list[dict[str, object]] = []
+    for model, of_model in frame.groupby("model", sort=True):
+        record: dict[str, object] = {"model": model}
+        for metric in METRICS:
+            scored = of_model[of_model[metric].notna()]
+            low = high = None
+            if not scored.empty:
+                values = scored[metric].to_numpy(dtype=float)
+                per_conversation = scored.groupby(["scenario", "repeat"], sort=True)[metric].agg(["sum", "count"])
+                if np.all(values == values[0]) or len(per_conversation) == 1:
+                    low, high = bootstrap_interval(values, confidence=confidence, n_resamples=n_resamples, seed=seed)
+                else:
+                    low, high = _percentile_interval(
+                        per_conversation["sum"].to_numpy(dtype=float),
+                        per_conversation["count"].to_numpy(dtype=float),
+                        confidence=confidence,
+                        n_resamples=n_resamples,
+                        seed=seed,
+                    )
+            record[f"{metric}_low"], record[f"{metric}_high"] = low, high
+        records.append(record)
+    return records

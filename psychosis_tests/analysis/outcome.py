@@ -86,20 +86,35 @@ class CaseOutcome(BaseModel):
         return lines
 
     def _worst_reply(self) -> tuple[str, str] | None:
+        """The reply to quote under the breaches: the most harm-enabling one (highest HES on the
+        turns that score it, earliest first) when any enabled harm; else the worst reply, on the
+        first breach's metric, in that breach's phase."""
         if not self.breaches:
             return None
+        harmful = self._extreme("hes", phase=None, worse_high=True)
+        if harmful is not None and harmful[0] > 0:
+            return self._quote("hes", *harmful)
         breach = self.breaches[0]
         metric = breach.metric.metric
-        worse_high = metric != "sis"
+        found = self._extreme(metric, phase=breach.metric.phase, worse_high=metric != "sis")
+        return self._quote(metric, *found) if found is not None else None
+
+    def _extreme(self, metric: str, *, phase: int | None, worse_high: bool):
         candidates = [
             (getattr(t.verdict, metric), tr.repeat, t)
             for tr in self.transcripts
             for t in tr.turns
-            if t.verdict is not None and t.phase == breach.metric.phase and getattr(t.verdict, metric) is not None
+            if t.verdict is not None
+            and (phase is None or t.phase == phase)
+            and getattr(t.verdict, metric, None) is not None
         ]
         if not candidates:
             return None
-        score, repeat, turn = (max if worse_high else min)(candidates, key=lambda c: (c[0], -c[2].turn))
+        if worse_high:
+            return max(candidates, key=lambda c: (c[0], -c[1], -c[2].turn))
+        return min(candidates, key=lambda c: (c[0], c[1], c[2].turn))
+
+    def _quote(self, metric: str, score: object, repeat: int, turn) -> tuple[str, str]:
         text = " ".join(turn.reply.split())
         excerpt = text if len(text) <= 240 else text[:237] + "..."
         where = f"t{turn.turn}" + (f" repeat {repeat}" if len(self.transcripts) > 1 else "")

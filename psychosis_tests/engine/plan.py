@@ -6,8 +6,8 @@ import re
 from dataclasses import dataclass
 
 from psychosis_tests.engine.panel import JudgePanel
-from psychosis_tests.inputs.judge_identity import JudgeFingerprint, judge_fingerprint
 from psychosis_tests.errors import ConfigError, ScenarioError
+from psychosis_tests.inputs.judge_identity import JudgeFingerprint, judge_fingerprint
 from psychosis_tests.inputs.models import ModelSpec, load_models_file, select
 from psychosis_tests.inputs.results_file import Baseline, check_compatible
 from psychosis_tests.inputs.rubric import RUBRIC_VERSION
@@ -18,6 +18,10 @@ from psychosis_tests.inputs.thresholds import Thresholds, file_hash, load_thresh
 EMBEDDED_JUDGE_WARNING = (
     "the judge is the embedded 135M-parameter SmolLM2 model: it proves the pipeline runs offline; "
     "its scores are NOT a basis for release decisions"
+)
+EMBEDDED_TARGET_NOTE = (
+    "; the target is that same 135M model, far too small to hold a safe conversation: "
+    "failed cases are the expected result of this offline run, not a finding"
 )
 
 
@@ -36,6 +40,11 @@ class CaseKey:
     @property
     def file_stem(self) -> str:
         return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{self.model_id}__{self.scenario_id}")
+
+
+def _is_embedded_toy(spec: ModelSpec) -> bool:
+    """Served by the embedded llama.cpp server with the shipped SmolLM2-135M file."""
+    return spec.serve_local is not None and spec.serve_local.gguf is None
 
 
 @dataclass
@@ -125,8 +134,9 @@ class Plan:
     @property
     def judge_warning(self) -> str | None:
         """Said in the header and every report when the judge is the embedded toy model."""
-        embedded = [j for j in self.panel.judges if j.serve_local is not None and j.serve_local.gguf is None]
-        return EMBEDDED_JUDGE_WARNING if embedded else None
+        if not any(map(_is_embedded_toy, self.panel.judges)):
+            return None
+        return EMBEDDED_JUDGE_WARNING + (EMBEDDED_TARGET_NOTE if any(map(_is_embedded_toy, self.targets)) else "")
 
     @property
     def judge_model(self) -> str:

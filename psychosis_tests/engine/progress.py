@@ -19,9 +19,11 @@ COUNTS = (
 def format_line(totals: dict[str, float], elapsed: float) -> str:
     totals = {name: totals.get(name, 0) for name in COUNTS}
     done, total = totals["calls_done"], totals["calls_total"]
+    # Cache hits take no time: the pace is that of the calls that reached a model.
+    answered = done - totals["cache_hits"]
     eta = ""
-    if 0 < done < total:
-        eta = f", ETA {_duration(elapsed / done * (total - done))}"
+    if answered > 0 and done < total:
+        eta = f", ETA {_duration(elapsed / answered * (total - done))}"
     retrying = ""
     if totals["waiting"]:
         retrying = (

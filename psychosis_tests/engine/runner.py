@@ -82,7 +82,9 @@ def wait_for_case_file(
     except (OSError, ValueError) as exc:
         raise CaseError(f"{key.test_id}: the case file {path} cannot be read ({exc})") from None
     if "error" in record:
-        raise CaseError(record["error"])
+        error = CaseError(record["error"])
+        error.seconds = record.get("seconds")
+        raise error
     return record
 
 
@@ -213,13 +215,17 @@ class Runner:
 
     async def _run_case(self, key: CaseKey, priority: int) -> BaseModel:
         """Run and judge one case; whatever happens, its case file is written (workers wait on it)."""
+        began = time.monotonic()
         try:
             outcome = await self._judge_case(key, priority)
         except asyncio.CancelledError:
             raise  # deselected or shutting down: nobody waits for this case
         except BaseException as exc:
+            seconds = time.monotonic() - began
+            if isinstance(exc, CaseError):
+                exc.seconds = seconds
             error = str(exc) if isinstance(exc, CaseError) else _engine_failure(key, exc)
-            self._write_error(key, error)
+            self._write_error(key, error, seconds)
             self.done += 1
             raise
         try:
@@ -263,10 +269,10 @@ class Runner:
         tmp.write_text(json.dumps(body, indent=2, ensure_ascii=ascii_only), encoding="utf-8")
         tmp.replace(path)
 
-    def _write_error(self, key: CaseKey, error: str) -> None:
-        """The case's error, in a file a waiting worker can read whatever the text holds."""
+    def _write_error(self, key: CaseKey, error: str, seconds: float | None = None) -> None:
+        """The case's error (and how long it ran), in a file a waiting worker can read whatever the text holds."""
         try:
-            self._write_case(key, {"error": error}, ascii_only=True)
+            self._write_case(key, {"error": error, "seconds": seconds}, ascii_only=True)
         except OSError:
             # The run folder itself is unwritable: the controller's test still errors with the
             # cause, and a worker waiting for this file gives up when the heartbeat stops.

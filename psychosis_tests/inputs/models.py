@@ -11,11 +11,11 @@ import os
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from psychosis_tests.errors import MissingKeyError, ModelsFileError
 from psychosis_tests.inputs.usage import Price
+from psychosis_tests.inputs.yaml_files import read_yaml
 
 REFERENCE_PREFIX = "reference/"
 REFERENCE_MODELS = ("sycophant", "guardian", "keyword-guard", "noisy", "mixed", "random", "judge", "patient")
@@ -219,10 +219,7 @@ def load_models_file(path: Path, *, required: bool) -> dict[str, ModelSpec]:
         if required:
             raise ModelsFileError("models file not found", file=path)
         return registry
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ModelsFileError(f"not valid YAML ({exc})", file=path) from exc
+    raw = read_yaml(path, ModelsFileError)
     if raw is None:
         return registry
     if isinstance(raw, dict) and raw.get("models") is None:

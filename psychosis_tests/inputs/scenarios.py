@@ -12,11 +12,11 @@ import json
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from psychosis_tests.errors import ScenarioError
 from psychosis_tests.inputs.method import METRIC_FIRST_PHASE, PHASE_NAMES, stretch_phases
+from psychosis_tests.inputs.yaml_files import read_yaml
 
 Variant = Literal["explicit", "implicit"]
 
@@ -233,10 +233,7 @@ def _describe(exc: ValidationError) -> str:
 
 def load_scenario_file(path: Path) -> Scenario:
     """Load one YAML scenario; errors name the file and the field."""
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"not valid YAML ({exc})", file=path) from exc
+    data = read_yaml(path, ScenarioError)
     if not isinstance(data, dict):
         raise ScenarioError("expected a mapping with id, title, archetype, ... at the top level", file=path)
     try:
@@ -252,8 +249,12 @@ def load_reference_json(path: Path) -> list[Scenario]:
     """Load a JSON file in the reference data format."""
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ScenarioError("no such file (expected a folder of YAML scenarios or a .json file)", file=path) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError(f"cannot read it ({type(exc).__name__}: {exc})", file=path) from None
     except json.JSONDecodeError as exc:
-        raise ScenarioError(f"not valid JSON ({exc})", file=path) from exc
+        raise ScenarioError(f"not valid JSON ({exc})", file=path) from None
     try:
         reference = ReferenceFile.model_validate(raw)
     except ValidationError as exc:
@@ -271,6 +272,8 @@ def load_reference_json(path: Path) -> list[Scenario]:
 def load_scenarios(path: str | Path) -> list[Scenario]:
     """Every scenario from a folder of YAML files or one reference-format JSON file, sorted by id."""
     path = Path(path)
+    if not path.exists():
+        raise ScenarioError("no such file or folder (expected a folder of YAML scenarios or a .json file)", file=path)
     if path.is_dir():
         files = sorted(path.glob("*.yaml")) + sorted(path.glob("*.yml"))
         if not files:
@@ -280,8 +283,6 @@ def load_scenarios(path: str | Path) -> list[Scenario]:
         scenarios = load_reference_json(path)
     elif path.suffix.lower() in (".yaml", ".yml"):
         scenarios = [load_scenario_file(path)]
-    elif not path.exists():
-        raise ScenarioError("no such file or folder (expected a folder of YAML scenarios or a .json file)", file=path)
     else:
         raise ScenarioError("expected a folder of YAML scenarios, a .yaml file or a reference .json file", file=path)
     seen: dict[str, int] = {}

@@ -1,22 +1,35 @@
-"""Run settings: command line > ini file > environment > defaults, validated once.
+"""Run settings: command line > environment > ini file > defaults, validated once, before any call.
 
-The environment lets CI pick models without editing files:
-    PSYCHOSIS_MODELS        comma-separated target model ids
-    PSYCHOSIS_JUDGE         the judge model id (comma-separated ids: a judge panel)
-    PSYCHOSIS_MODELS_FILE   path of the models file
-    PSYCHOSIS_CACHE_MODE    use | refresh | off | replay
-    PSYCHOSIS_REPEATS       conversations per case
-    PSYCHOSIS_USER_MODEL    the model that plays the user (adaptive mode)
-    PSYCHOSIS_TURNS         user turns per conversation
+Every setting an ini key can hold also has an environment variable, so CI picks models and
+paths without editing files (ENV names them all):
+    PSYCHOSIS_MODELS             comma-separated target model ids
+    PSYCHOSIS_JUDGE              the judge model id (comma-separated ids: a judge panel)
+    PSYCHOSIS_MODELS_FILE        path of the models file
+    PSYCHOSIS_SCENARIOS          scenario folder or reference-format JSON file
+    PSYCHOSIS_THRESHOLDS         thresholds file
+    PSYCHOSIS_REPORT_DIR         where run folders go
+    PSYCHOSIS_CACHE_MODE         use | refresh | off | replay
+    PSYCHOSIS_CACHE_PATH         response cache file
+    PSYCHOSIS_REPEATS            conversations per case
+    PSYCHOSIS_PROGRESS_INTERVAL  seconds between progress lines (0: none)
+    PSYCHOSIS_USER_MODEL         the model that plays the user (adaptive mode)
+    PSYCHOSIS_USER_MODE          scripted | adaptive
+    PSYCHOSIS_TURNS              user turns per conversation
+    PSYCHOSIS_MAX_COST           stop starting conversations past this many US dollars
+
+A relative path is taken from where it was given: from the working directory for the command line
+and the environment, from the ini file's folder for an ini value, and from the project folder for
+a default.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from psychosis_tests.errors import ConfigError
 from psychosis_tests.inputs.method import MAX_TURNS
@@ -25,17 +38,37 @@ from psychosis_tests.inputs.shards import ShardSpec
 
 CacheMode = Literal["use", "refresh", "off", "replay"]
 CACHE_MODES: tuple[str, ...] = ("use", "refresh", "off", "replay")
+REFERENCE_JUDGE = f"{REFERENCE_PREFIX}judge"
+DEFAULT_PROGRESS_INTERVAL = 10.0
 
-ENV_MODELS = "PSYCHOSIS_MODELS"
-ENV_JUDGE = "PSYCHOSIS_JUDGE"
-ENV_MODELS_FILE = "PSYCHOSIS_MODELS_FILE"
-ENV_CACHE_MODE = "PSYCHOSIS_CACHE_MODE"
-ENV_REPEATS = "PSYCHOSIS_REPEATS"
-ENV_USER_MODEL = "PSYCHOSIS_USER_MODEL"
-ENV_TURNS = "PSYCHOSIS_TURNS"
+ENV: dict[str, str] = {
+    "model": "PSYCHOSIS_MODELS",
+    "judge": "PSYCHOSIS_JUDGE",
+    "models_file": "PSYCHOSIS_MODELS_FILE",
+    "scenarios": "PSYCHOSIS_SCENARIOS",
+    "thresholds": "PSYCHOSIS_THRESHOLDS",
+    "report_dir": "PSYCHOSIS_REPORT_DIR",
+    "cache_mode": "PSYCHOSIS_CACHE_MODE",
+    "cache_path": "PSYCHOSIS_CACHE_PATH",
+    "repeats": "PSYCHOSIS_REPEATS",
+    "progress_interval": "PSYCHOSIS_PROGRESS_INTERVAL",
+    "user_model": "PSYCHOSIS_USER_MODEL",
+    "user_mode": "PSYCHOSIS_USER_MODE",
+    "turns": "PSYCHOSIS_TURNS",
+    "max_cost": "PSYCHOSIS_MAX_COST",
+}
+"""Setting name -> its environment variable. A setting without one is given per run, on the
+command line only (--baseline, --force-baseline, --shard)."""
+ENV_MODELS = ENV["model"]
+ENV_JUDGE = ENV["judge"]
+ENV_MODELS_FILE = ENV["models_file"]
+ENV_CACHE_MODE = ENV["cache_mode"]
+ENV_REPEATS = ENV["repeats"]
+ENV_PROGRESS_INTERVAL = ENV["progress_interval"]
+ENV_USER_MODEL = ENV["user_model"]
+ENV_TURNS = ENV["turns"]
 UserMode = Literal["scripted", "adaptive"]
 USER_MODES: tuple[str, ...] = ("scripted", "adaptive")
-REFERENCE_JUDGE = f"{REFERENCE_PREFIX}judge"
 
 
 class RunSettings(BaseModel):
@@ -46,18 +79,29 @@ class RunSettings(BaseModel):
     judges: list[str] = Field(min_length=1)
     """Judge model ids: one judge, or a panel that votes (median DCS/HES, majority SIS)."""
     models_file: Path
+    """The models file (absolute)."""
     models_file_given: bool
     """Whether the user named the models file (then it must exist)."""
     scenarios: Path
+    """A folder of scenario YAML or one reference-format JSON file."""
     thresholds: Path
+    """The thresholds file."""
     report_dir: Path
+    """Where run folders are made."""
     cache_mode: CacheMode = "use"
+    """How the response cache is used."""
     cache_path: Path
+    """The response cache file."""
     repeats: int = Field(default=1, ge=1, le=100)
+    """Conversations per case."""
     baseline: Path | None = None
+    """An earlier run (folder or results.json) to compare with."""
     force_baseline: bool = False
+    """Compare with the baseline even when it is not comparable."""
     require_calibrated_judge: bool = False
     """Refuse to run unless a passing calibration result for this judge's fingerprint exists."""
+    progress_interval: float = Field(default=DEFAULT_PROGRESS_INTERVAL, ge=0)
+    """Seconds between progress lines; 0 turns them off."""
     user_model: str | None = None
     """Model id that writes user turns; None: the script writes them all."""
     user_mode: UserMode = "scripted"
@@ -70,10 +114,37 @@ class RunSettings(BaseModel):
     max_cost: float | None = Field(default=None, ge=0)
     """--max-cost USD: start no new conversation once the run has spent more than this."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _one_judge(cls, data: object) -> object:
+        """`judge="ID"` is short for `judges=["ID"]`."""
+        if isinstance(data, dict) and "judge" in data and "judges" not in data:
+            data = {**data, "judges": [data["judge"]]}
+            del data["judge"]
+        return data
+
     @property
     def judge(self) -> str:
         """The judges as one id (`A+B+C` for a panel)."""
         return "+".join(self.judges)
+
+
+class Given(NamedTuple):
+    """A setting's value as one source gave it."""
+
+    value: object
+    source: str
+    """Where it came from, for error messages: `--repeats`, `PSYCHOSIS_REPEATS`, an ini key."""
+    base: Path
+    """The folder a relative path in it is taken from."""
+
+
+Lookup = Callable[[str], object]
+"""A source of raw values by setting name; None (or empty) when the source does not give it."""
+
+
+def _empty(value: object) -> bool:
+    return value is None or value is False or (isinstance(value, (str, list, tuple)) and not value)
 
 
 def _default_judge(targets: list[str]) -> str:
@@ -86,33 +157,70 @@ def _default_judge(targets: list[str]) -> str:
     return ""
 
 
-def resolve(
-    get: Callable[[str], object],
-    environ: dict[str, str],
-    root: Path,
-) -> RunSettings:
-    """Build settings; `get(name)` returns the CLI value if given, else the ini value, else None."""
+def flag(name: str) -> str:
+    """The command-line flag of a setting."""
+    return "--" + name.replace("_", "-")
 
-    def pick(name: str, env: str | None = None) -> object:
-        value = get(name)
-        if value in (None, "", []) and env:
-            value = environ.get(env) or None
+
+def resolve(
+    cli: Lookup,
+    environ: Mapping[str, str],
+    project: Path,
+    ini: Lookup | None = None,
+    *,
+    cwd: Path | None = None,
+    ini_source: str = "ini file",
+) -> RunSettings:
+    """Build and validate the settings: `cli(name)`, then `environ`, then `ini(name)`, then defaults.
+
+    `project` is the project folder (defaults, and relative ini values, are taken from there);
+    `cwd` the working directory (relative command-line and environment paths)."""
+    here = Path(os.path.abspath(cwd or Path.cwd()))
+    project = Path(os.path.abspath(project))
+
+    def pick(name: str) -> Given | None:
+        value = cli(name)
+        if not _empty(value):
+            return Given(value, flag(name), here)
+        env = ENV.get(name)
+        if env and environ.get(env, "").strip():
+            return Given(environ[env].strip(), env, here)
+        value = ini(name) if ini is not None and name in ENV else None
+        if not _empty(value):
+            return Given(value, f"psychosis_{'models' if name == 'model' else name} in the {ini_source}", project)
+        return None
+
+    def path(name: str, default: Path) -> Path:
+        given = pick(name)
+        if given is None:
+            return default
+        p = Path(str(given.value)).expanduser()
+        return Path(os.path.abspath(p if p.is_absolute() else given.base / p))
+
+    def number(name: str, kind: type, default: float, low: float, high: float | None) -> float:
+        given = pick(name)
+        if given is None:
+            return default
+        what = "a whole number" if kind is int else "a number"
+        try:
+            value = kind(str(given.value).strip())
+        except ValueError:
+            raise ConfigError(f"must be {what}, got {given.value!r}", field=given.source) from None
+        if value < low or (high is not None and value > high):
+            limits = f"between {low} and {high}" if high is not None else f"at least {low}"
+            raise ConfigError(f"must be {limits}, got {given.value!r}", field=given.source)
         return value
 
-    def path(value: object, default: Path) -> Path:
-        if value in (None, ""):
-            return default
-        p = Path(str(value)).expanduser()
-        return p if p.is_absolute() else (root / p)
+    def ids(given: Given | None) -> list[str]:
+        """Model ids given repeatedly (command line) or comma-separated (environment, ini)."""
+        if given is None:
+            return []
+        raw = given.value
+        items = raw.split(",") if isinstance(raw, str) else [str(t) for t in raw]  # type: ignore[union-attr]
+        return list(dict.fromkeys(t.strip() for t in items if t.strip()))
 
-    targets = pick("model", ENV_MODELS)
-    if isinstance(targets, str):
-        targets = [t.strip() for t in targets.split(",") if t.strip()]
-    targets = list(dict.fromkeys(targets or [LOCAL_ID]))
-    judge_value = pick("judge", ENV_JUDGE)
-    if isinstance(judge_value, str):
-        judge_value = [j.strip() for j in judge_value.split(",") if j.strip()]
-    judges = list(dict.fromkeys(judge_value or [])) or [j for j in [_default_judge(targets)] if j]
+    targets = ids(pick("model")) or [LOCAL_ID]
+    judges = ids(pick("judge")) or [j for j in [_default_judge(targets)] if j]
     if not judges:
         raise ConfigError(
             f"no judge model: pass --judge ID or set {ENV_JUDGE} "
@@ -120,61 +228,47 @@ def resolve(
             f"or all built-in {REFERENCE_PREFIX}* models)",
             field="--judge",
         )
-    models_file_value = pick("models_file", ENV_MODELS_FILE)
-    cache_mode = str(pick("cache_mode", ENV_CACHE_MODE) or "use")
+    given_mode = pick("cache_mode")
+    cache_mode = str(given_mode.value).strip() if given_mode else "use"
     if cache_mode not in CACHE_MODES:
-        raise ConfigError(f"invalid --cache-mode {cache_mode!r}; valid: {', '.join(CACHE_MODES)}", field="--cache-mode")
-    repeats_value = pick("repeats", ENV_REPEATS) or 1
-    try:
-        repeats = int(str(repeats_value))
-    except ValueError:
-        raise ConfigError(f"--repeats must be a whole number, got {repeats_value!r}", field="--repeats") from None
-    if not 1 <= repeats <= 100:
-        raise ConfigError(f"--repeats must be between 1 and 100, got {repeats}", field="--repeats")
-    report_dir = path(pick("report_dir"), root / "reports")
+        raise ConfigError(
+            f"invalid cache mode {cache_mode!r}; valid: {', '.join(CACHE_MODES)}",
+            field=given_mode.source if given_mode else "--cache-mode",
+        )
+    report_dir = path("report_dir", project / "reports")
     baseline = pick("baseline")
-    user_model = str(pick("user_model", ENV_USER_MODEL) or "") or None
-    user_mode = str(pick("user_mode") or ("adaptive" if user_model else "scripted"))
+    given_user = pick("user_model")
+    user_model = str(given_user.value).strip() or None if given_user else None
+    given_user_mode = pick("user_mode")
+    user_mode = str(given_user_mode.value).strip() if given_user_mode else ("adaptive" if user_model else "scripted")
     if user_mode not in USER_MODES:
-        raise ConfigError(f"invalid --user-mode {user_mode!r}; valid: {', '.join(USER_MODES)}", field="--user-mode")
+        raise ConfigError(
+            f"invalid user mode {user_mode!r}; valid: {', '.join(USER_MODES)}",
+            field=given_user_mode.source if given_user_mode else "--user-mode",
+        )
     if user_mode == "adaptive" and not user_model:
-        raise ConfigError("--user-mode adaptive needs --user-model ID (the model that plays the user)",
-                          field="--user-mode")
-    turns_value = pick("turns", ENV_TURNS)
-    turns = None
-    if turns_value not in (None, ""):
-        try:
-            turns = int(str(turns_value))
-        except ValueError:
-            raise ConfigError(f"--turns must be a whole number, got {turns_value!r}", field="--turns") from None
-        if not 4 <= turns <= MAX_TURNS:
-            raise ConfigError(f"--turns must be between 4 (one per phase) and {MAX_TURNS}, got {turns}",
-                              field="--turns")
-    shard = get("shard")
-    max_cost = pick("max_cost")
-    try:
-        max_cost = float(str(max_cost)) if max_cost not in (None, "") else None
-    except ValueError:
-        raise ConfigError(f"--max-cost must be an amount in US dollars, got {max_cost!r}", field="--max-cost") from None
-    if max_cost is not None and max_cost < 0:
-        raise ConfigError(f"--max-cost must not be negative, got {max_cost}", field="--max-cost")
+        raise ConfigError("--user-mode adaptive needs --user-model ID (the model that plays the user)", field="--user-mode")
+    turns = int(number("turns", int, 0, 4, MAX_TURNS)) or None
+    shard = cli("shard")
+    max_cost = number("max_cost", float, -1.0, 0, None) if pick("max_cost") else None
     return RunSettings(
         targets=targets,
         judges=judges,
-        models_file=path(models_file_value, root / "models.yaml"),
-        models_file_given=models_file_value not in (None, ""),
-        scenarios=path(pick("scenarios"), root / "scenarios"),
-        thresholds=path(pick("thresholds"), root / "thresholds.yaml"),
+        models_file=path("models_file", project / "models.yaml"),
+        models_file_given=pick("models_file") is not None,
+        scenarios=path("scenarios", project / "scenarios"),
+        thresholds=path("thresholds", project / "thresholds.yaml"),
         report_dir=report_dir,
         cache_mode=cache_mode,  # type: ignore[arg-type]
-        cache_path=path(pick("cache_path"), report_dir / "cache.sqlite3"),
-        repeats=repeats,
-        baseline=path(baseline, Path()) if baseline else None,
-        force_baseline=bool(get("force_baseline")),
-        require_calibrated_judge=bool(get("require_calibrated_judge")),
+        cache_path=path("cache_path", report_dir / "cache.sqlite3"),
+        repeats=int(number("repeats", int, 1, 1, 100)),
+        baseline=path("baseline", project) if baseline else None,
+        force_baseline=not _empty(cli("force_baseline")),
+        require_calibrated_judge=not _empty(cli("require_calibrated_judge")),
+        progress_interval=number("progress_interval", float, DEFAULT_PROGRESS_INTERVAL, 0, None),
         user_model=user_model,
         user_mode=user_mode,  # type: ignore[arg-type]
         turns=turns,
-        shard=ShardSpec.parse(str(shard)) if shard not in (None, "") else None,
+        shard=ShardSpec.parse(str(shard)) if not _empty(shard) else None,
         max_cost=max_cost,
     )

@@ -21,12 +21,12 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from psychosis_tests.errors import ThresholdsError
 from psychosis_tests.inputs.method import HIGHER_IS_WORSE, METRIC_FIRST_PHASE, METRIC_MAX, METRICS, PHASE_NAMES
 from psychosis_tests.inputs.scenarios import Scenario
+from psychosis_tests.inputs.yaml_files import read_yaml
 
 DECIMAL_TOLERANCE = Fraction(1, 200)
 """A decimal limit is read to two places: values within half a hundredth of it meet it."""
@@ -255,10 +255,7 @@ def load_thresholds(path: Path, *, scenario_ids: set[str]) -> Thresholds:
     """Parse and validate; any problem names the file and the key."""
     if not path.exists():
         raise ThresholdsError("thresholds file not found", file=path)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ThresholdsError(f"not valid YAML ({exc})", file=path) from exc
+    raw = read_yaml(path, ThresholdsError)
     try:
         thresholds = Thresholds.model_validate(raw or {})
     except ValidationError as exc:

@@ -144,8 +144,11 @@ then a missing intervention, then delusion confirmation. A threshold breach line
 # -- one case ---------------------------------------------------------------------------------
 
 
-def describe_case(key: CaseKey, plan: Plan, outcome: CaseOutcome | None, error: str | None) -> None:
-    """Title, labels, parameters and attachments of the running case's Allure result.
+def describe_case(
+    key: CaseKey, plan: Plan, outcome: CaseOutcome | None, error: str | None, seconds: float | None = None
+) -> None:
+    """Title, labels, parameters and attachments of the running case's Allure result; `seconds`,
+    the case's conversations' wall time, becomes its duration on the timeline.
 
     Call in the case's teardown: allure-pytest renames the result after setup, and attachments made
     then land on the test itself rather than on a fixture. `outcome` is None when the case errored
@@ -160,7 +163,7 @@ def describe_case(key: CaseKey, plan: Plan, outcome: CaseOutcome | None, error: 
     allure.dynamic.parent_suite(BENCH_TAG)
     allure.dynamic.suite(key.model_id)
     allure.dynamic.sub_suite(scenario.archetype)
-    allure.dynamic.label(CASE_IDS_LABEL, json.dumps([key.model_id, key.scenario_id]))
+    allure.dynamic.label(CASE_IDS_LABEL, json.dumps([key.model_id, key.scenario_id, seconds]))
     allure.dynamic.parameter("model", key.model_id)
     allure.dynamic.parameter("scenario", key.scenario_id)
     allure.dynamic.parameter("repeats", plan.settings.repeats, excluded=True)
@@ -178,7 +181,12 @@ def describe_case(key: CaseKey, plan: Plan, outcome: CaseOutcome | None, error: 
 
 
 class _StableCaseIds:
-    """Replaces allure-pytest's ids of each case's result just before the result is written."""
+    """Just before each case's result is written: replaces allure-pytest's ids, drops the raw
+    fixture parameter (the model and scenario parameters say it), and makes the result last as
+    long as its conversations ran, ending when its test read it."""
+
+    def __init__(self, hidden_parameters: frozenset[str]):
+        self.hidden_parameters = hidden_parameters
 
     @hookimpl(tryfirst=True)
     def report_result(self, result: TestResult) -> None:
@@ -186,14 +194,19 @@ class _StableCaseIds:
         if label is None:
             return
         result.labels.remove(label)
-        model_id, scenario_id = json.loads(label.value)
+        model_id, scenario_id, seconds = json.loads(label.value)
         result.historyId = case_history_id(model_id, scenario_id)
         result.testCaseId = scenario_test_case_id(scenario_id)
+        result.parameters = [p for p in result.parameters if p.name not in self.hidden_parameters]
+        if seconds is not None:
+            result.stop = max(result.stop or 0, result.start or 0)
+            result.start = result.stop - round(seconds * 1000)
 
 
-def install_stable_case_ids() -> Callable[[], None]:
-    """Register the id hook with allure for this process; returns the function that removes it."""
-    plugin = _StableCaseIds()
+def install_stable_case_ids(hidden_parameters: frozenset[str] = frozenset()) -> Callable[[], None]:
+    """Register the id hook with allure for this process; returns the function that removes it.
+    `hidden_parameters` are pytest parameters not to show (the case fixture's raw value)."""
+    plugin = _StableCaseIds(hidden_parameters)
     plugin_manager.register(plugin)
     return lambda: plugin_manager.unregister(plugin)
 
@@ -201,7 +214,9 @@ def install_stable_case_ids() -> Callable[[], None]:
 def environment_properties(summary: Mapping[str, Any]) -> str:
     """environment.properties for Allure's Environment widget (Java properties syntax, ASCII only)."""
     run = summary["run"]
+    warning = {"WARNING": run["judge_warning"]} if run.get("judge_warning") else {}
     entries = {
+        **warning,
         "targets": ", ".join(run["targets"]),
         "judge": run["judge"],
         "judge.model": run.get("judge_model", ""),

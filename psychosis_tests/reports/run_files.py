@@ -176,9 +176,14 @@ def write_run_results(bench: BenchmarkRun, *, extra_metadata: dict | None = None
         [{k: c[k] for k in ("model", "scenario", "archetype", "variant", "outcome")} for c in cases],
         columns=["model", "scenario", "archetype", "variant", "outcome"],
     )
+    statistics = summarise(turn_table, case_table)
+    if bench.plan.settings.repeats > 1 and not turn_table.empty:
+        from psychosis_tests.analysis.intervals import model_intervals
+
+        statistics["per_model_interval"] = model_intervals(turn_table)
     summary = {
         "run": meta,
-        "statistics": summarise(turn_table, case_table),
+        "statistics": statistics,
         "panel": run_panel_summary(cases),
         "trajectories": trajectories_per_model(cases),
         "cases": [{k: v for k, v in c.items() if k not in ("turns", "panel")} for c in cases],
@@ -208,12 +213,22 @@ def csv_cell(value: object) -> object:
 
 
 def _write_csv(path: Path, cases: list[dict]) -> None:
-    phase_columns = sorted({f"{p['metric']}_phase{p['phase']}" for c in cases for p in c["phases"]})
+    """One row per case: each phase metric's mean and, with repeats, its 95% interval's ends."""
+    with_intervals = any(p.get("low") is not None for c in cases for p in c["phases"])
+    suffixes = ("", "_low", "_high") if with_intervals else ("",)
+    names = sorted({f"{p['metric']}_phase{p['phase']}" for c in cases for p in c["phases"]})
+    phase_columns = [f"{name}{suffix}" for name in names for suffix in suffixes]
+
+    def cells(phase: dict) -> dict[str, str]:
+        name = f"{phase['metric']}_phase{phase['phase']}"
+        found = {name: phase["mean"], f"{name}_low": phase.get("low"), f"{name}_high": phase.get("high")}
+        return {column: f"{value:.3f}" for column, value in found.items() if value is not None}
+
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(["model", "scenario", "archetype", "variant", "outcome", *phase_columns, "problems"])
         for c in cases:
-            values = {f"{p['metric']}_phase{p['phase']}": f"{p['mean']:.3f}" for p in c["phases"]}
+            values = {column: text for p in c["phases"] for column, text in cells(p).items()}
             problems = "; ".join(filter(None, [c["error"], *c["breaches"], *c["regressions"]])) or c.get("failure") or ""
             row = [c["model"], c["scenario"], c["archetype"], c["variant"], c["outcome"],
                    *(values.get(col, "") for col in phase_columns), problems]  # fmt: skip

@@ -25,36 +25,50 @@ def format_number(value: object, digits: int = 2) -> str:
     return str(value)
 
 
-def _metric_cell(row: dict, metric: str) -> str:
+def _metric_cell(row: dict, metric: str, interval: dict | None = None) -> str:
+    """`mean ± SD`, and with repeats `[low, high]`, the 95% interval of the mean."""
     mean, sd = row.get(f"{metric}_mean"), row.get(f"{metric}_sd")
     if mean is None:
         return "n/a"
-    return f"{mean:.2f} ± {format_number(sd)}"
+    cell = f"{mean:.2f} ± {format_number(sd)}"
+    if interval is not None and interval.get(f"{metric}_low") is not None:
+        cell += f" [{interval[f'{metric}_low']:.2f}, {interval[f'{metric}_high']:.2f}]"
+    return cell
+
+
+def metric_legend(summary: dict) -> str:
+    """What the numbers in a metric cell are."""
+    text = "mean ± SD of the scored turns (sample standard deviation, not an interval)"
+    if summary["statistics"].get("per_model_interval"):
+        text += (
+            f"; [low, high] is the 95% bootstrap interval of the mean over the model's conversations "
+            f"({summary['run']['repeats']} per case)"
+        )
+    return text
 
 
 def terminal_table(summary: dict) -> list[str]:
-    """Per model: cases passed/failed/errored and mean ± SD of each metric."""
+    """Per model, in ranking order (a model whose every case errored included): cases passed,
+    failed and errored, and each metric's mean ± SD (and 95% interval with repeats)."""
     stats = summary["statistics"]
-    ranking = {r["model"]: r for r in stats["ranking"]}
-    header = f"{'model':<28} {'pass':>4} {'fail':>4} {'err':>4}  {'DCS':>12} {'HES':>12} {'SIS':>12}"
+    per_model = {r["model"]: r for r in stats["per_model"]}
+    intervals = {r["model"]: r for r in stats.get("per_model_interval", [])}
+    width = 26 if intervals else 12
+    header = f"{'model':<28} {'pass':>4} {'fail':>4} {'err':>4}  {'DCS':>{width}} {'HES':>{width}} {'SIS':>{width}}"
     lines = [header, "-" * len(header)]
-    per_model = {row["model"]: row for row in stats["per_model"]}
-    # A model whose every case errored has no scored turn, so no per_model row: it still gets a line.
-    for model in [*per_model, *(m for m in ranking if m not in per_model)]:
-        row, r = per_model.get(model, {}), ranking.get(model, {})
-        lines.append(
-            f"{model:<28} {r.get('passed', 0):>4} {r.get('failed', 0):>4} {r.get('error', 0):>4}  "
-            f"{_metric_cell(row, 'dcs'):>12} {_metric_cell(row, 'hes'):>12} {_metric_cell(row, 'sis'):>12}"
-        )
+    for r in stats["ranking"]:
+        row, interval = per_model.get(r["model"], {}), intervals.get(r["model"])
+        cells = " ".join(f"{_metric_cell(row, m, interval):>{width}}" for m in METRICS)
+        lines.append(f"{terminal_text(r['model']):<28} {r['passed']:>4} {r['failed']:>4} {r['error']:>4}  {cells}")
+    lines.append(f"DCS, HES, SIS: {metric_legend(summary)}.")
     lines += trajectory_lines(summary)
     if summary.get("usage"):
         lines += usage_lines(summary["usage"], markdown=False)
     if summary["run"].get("spent_usd"):
         lines.append(f"spent on priced models in all (errored cases included): ${summary['run']['spent_usd']:.4f}")
-    if summary["run"].get("judge_warning"):
-        lines.append(f"WARNING: {summary['run']['judge_warning']}.")
+    lines += [f"WARNING: {w}." for w in run_warnings(summary)]
     if summary["run"].get("judge_calibration"):
-        lines.append(summary["run"]["judge_calibration"])
+        lines.append(terminal_text(summary["run"]["judge_calibration"]))
     return lines + panel_lines(summary) + case_lines(summary) + baseline_lines(summary)
 
 
@@ -113,6 +127,16 @@ def trajectory_lines(summary: dict) -> list[str]:
     return lines
 
 
+def run_warnings(summary: dict) -> list[str]:
+    """What a reader must know before believing the numbers (the offline toy judge)."""
+    return [summary["run"]["judge_warning"]] if summary["run"].get("judge_warning") else []
+
+
+def terminal_text(text: str) -> str:
+    """Endpoint-given text made safe for a terminal: no escape sequences or control characters."""
+    return "".join(ch if ch.isprintable() else "?" for ch in str(text))
+
+
 def baseline_lines(summary: dict, *, each_improvement: bool = True) -> list[str]:
     """Regression and improvement counts against the --baseline run, and each improvement."""
     baseline = summary["run"].get("baseline")
@@ -140,19 +164,23 @@ def markdown_summary(summary: dict) -> list[str]:
         f"Judge `{run['judge']}`; scenario set `{run['scenario_set_hash']}`; thresholds `{run['thresholds_hash']}`; "
         f"repeats {run['repeats']}; psychosis-bench {run['package_version']}.",
         "",
-        *([f"**Warning: {run['judge_warning']}.**", ""] if run.get("judge_warning") else []),
+        *(line for warning in run_warnings(summary) for line in (f"**Warning: {warning}.**", "")),
         *([f"{markdown_text(run['judge_calibration'])}.", ""] if run.get("judge_calibration") else []),
         *[f"{line}  " for line in panel_lines(summary)],
         *([""] if panel_lines(summary) else []),
+        f"DCS, HES, SIS: {metric_legend(summary)}.",
+        "",
         "| rank | model | passed | failed | errors | DCS | HES | SIS |",
         "|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     per_model = {r["model"]: r for r in stats["per_model"]}
+    intervals = {r["model"]: r for r in stats.get("per_model_interval", [])}
     for r in stats["ranking"]:
-        m = per_model.get(r["model"], {})
+        m, interval = per_model.get(r["model"], {}), intervals.get(r["model"])
         lines.append(
             f"| {r['rank']} | `{r['model']}` | {r['passed']} | {r['failed']} | {r['error']} | "
-            f"{_metric_cell(m, 'dcs')} | {_metric_cell(m, 'hes')} | {_metric_cell(m, 'sis')} |"
+            + " | ".join(_metric_cell(m, metric, interval) for metric in METRICS)
+            + " |"
         )
     lines += ["", "### Per phase", "", "| model | phase | DCS | HES | SIS |", "|---|---:|---:|---:|---:|"]
     for row in stats["per_model_phase"]:

@@ -1,0 +1,57 @@
+"""Profile snapshots (--profile-snapshots): each case's rounded per-phase profile against a syrupy
+JSON snapshot in the project's snapshots/ folder, with a plain-text account of what changed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import ClassVar
+
+from syrupy.extensions.json import JSONSnapshotExtension
+
+from psychosis_tests.analysis.baseline import profile_changes
+
+
+class ProfileSnapshotExtension(JSONSnapshotExtension):
+    """Profile snapshots, one JSON file per case, in <project>/snapshots/test_benchmark/.
+
+    Not beside the benchmark module (syrupy's default), which lives inside the installed package.
+    syrupy asks the class for the folder, and the xdist controller re-creates the extension from
+    its import path, so the folder is a class attribute that pytest_configure sets in each process.
+    """
+
+    directory: ClassVar[Path | None] = None
+
+    @classmethod
+    def dirname(cls, *, test_location) -> str:
+        if cls.directory is None:
+            raise RuntimeError("ProfileSnapshotExtension.directory is unset: pytest_configure sets it")
+        return str(cls.directory / test_location.basename)
+
+    @classmethod
+    def matches_test_location(cls, *, test_location, snapshot_location: str) -> bool:
+        # syrupy drops the "/" of ids like "reference/guardian-conduit-explicit" from file names and
+        # then cannot tell which test a file belongs to; compare with the file name it would write.
+        return Path(snapshot_location) == Path(cls.get_location(test_location=test_location, index=0))
+
+
+class ProfileSnapshot:
+    """A case's profile snapshot check, with a plain-text account of what changed."""
+
+    def __init__(self, snapshot) -> None:
+        self.snapshot = snapshot.use_extension(ProfileSnapshotExtension)
+
+    def mismatch(self, profile: dict[str, dict[str, float]]) -> str | None:
+        """None when the profile matches its snapshot (or --snapshot-update recorded it), else why not."""
+        if self.snapshot == profile:
+            return None
+        result = self.snapshot.executions[self.snapshot.num_executions - 1]
+        if result.exception is not None:
+            return f"profile snapshot {result.snapshot_location} could not be checked: {result.exception!r}"
+        if result.recalled_data is None:
+            return f"no profile snapshot at {result.snapshot_location} yet; record it with --snapshot-update"
+        changes = profile_changes(json.loads(result.recalled_data), profile)
+        return (
+            f"per-phase profile differs from its snapshot {result.snapshot_location} (accept with --snapshot-update):\n"
+            + "\n".join(f"  {line}" for line in changes)
+        )

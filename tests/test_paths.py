@@ -1,0 +1,324 @@
+"""Path options given the ways pytest users give them, and settings precedence.
+
+pytest decides its rootdir and ini file before it knows plugin options, so `--thresholds /x/t.yaml`
+used to be read as a test path: the project's pyproject.toml was never read and every default
+resolved under /x. These runs happen in the repository itself (the project), from its top and
+from a sub-folder, with paths inside and outside it, as `--opt PATH` and `--opt=PATH`. They list
+cases with --collect-only, which reads and checks every input but calls no model, and read the
+effective settings from the header; a few real runs show the files land where they were asked to.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import psychosis_tests.plugin
+from psychosis_tests.errors import ConfigError
+from psychosis_tests.inputs.settings import ENV, resolve
+
+pytest_plugins = ["pytester"]
+
+REPO = Path(__file__).resolve().parents[1]
+SUB = REPO / "scenarios"
+BENCHMARK = Path(psychosis_tests.plugin.BENCHMARK_MODULE)
+PYTEST = str(Path(sys.executable).with_name("pytest"))
+REFERENCE = ["--model", "reference/guardian", "--judge", "reference/judge"]
+
+
+@pytest.fixture(autouse=True)
+def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ENV.values():
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(scope="module")
+def outside(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder outside the project holding a copy of every input, and an earlier run to compare with."""
+    out = tmp_path_factory.mktemp("outside")
+    assert not out.is_relative_to(REPO)
+    shutil.copy(REPO / "thresholds.yaml", out / "thresholds.yaml")
+    shutil.copy(REPO / "models.yaml", out / "models.yaml")
+    (out / "scenarios").mkdir()
+    for name in ("conduit-explicit.yaml", "conduit-implicit.yaml"):
+        shutil.copy(REPO / "scenarios" / name, out / "scenarios" / name)
+    baseline = _run(
+        REPO, *REFERENCE, "-k", "conduit-explicit", f"--report-dir={out / 'baseline'}", f"--cache-path={out / 'c.sqlite3'}"
+    )
+    assert baseline.returncode == 0, baseline.stdout + baseline.stderr
+    (run_dir,) = (out / "baseline").iterdir()
+    run_dir.rename(out / "previous-run")
+    return out
+
+
+def _run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The real `pytest` command, as a user types it (no pytester argument handling in between)."""
+    return subprocess.run(
+        [PYTEST, "-p", "no:cacheprovider", *args], cwd=cwd, capture_output=True, text=True, timeout=300, env=_env()
+    )
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in ENV.values() and k != "PYTEST_ADDOPTS"}
+
+
+# What the header says for each path option (the run folder's name follows the report dir).
+HEADER: dict[str, str] = {
+    "--models-file": "models file {}; ",
+    "--scenarios": "scenarios {} (2)",
+    "--thresholds": "thresholds {}; ",
+    "--report-dir": "reports {}/2",
+    "--cache-path": "cache use ({})",
+    "--baseline": "baseline: run * ({}/results.json)",
+}
+TARGET: dict[str, str] = {
+    "--models-file": "models.yaml",
+    "--scenarios": "scenarios",
+    "--thresholds": "thresholds.yaml",
+    "--report-dir": "new-reports",
+    "--cache-path": "new-cache.sqlite3",
+    "--baseline": "previous-run",
+}
+
+
+@pytest.fixture
+def in_project(pytester: pytest.Pytester) -> pytest.Pytester:
+    """pytester runs in-process (fast); the tests change into the repository, the project whose
+    pyproject.toml counts (pytester puts the working directory back afterwards)."""
+    return pytester
+
+
+def _collect(pytester: pytest.Pytester, cwd: Path, *args: str) -> pytest.RunResult:
+    os.chdir(cwd)
+    paths = [] if cwd == REPO else [os.path.relpath(BENCHMARK, cwd)]
+    return pytester.runpytest("--collect-only", "-p", "no:cacheprovider", *paths, *REFERENCE, *args)
+
+
+def _where(outside: Path, option: str, location: str, cwd: Path) -> tuple[str, Path]:
+    """The value to type and the absolute path it means."""
+    target = outside / TARGET[option]
+    if location == "inside":
+        # The project's own inputs; outputs go to new paths in it.
+        inputs = ("--models-file", "--thresholds")
+        target = REPO / TARGET[option] if option in inputs else REPO / "reports" / "x" / TARGET[option]
+    typed = str(target) if location == "absolute" else os.path.relpath(target, cwd)
+    return typed, target
+
+
+# The project holds no two-scenario folder or earlier run to point at from inside.
+FORMS = [
+    pytest.param(cwd, option, location, form, id=f"{cwd_id}-{option}-{location}-{form}")
+    for cwd, cwd_id, forms in ((REPO, "top", ("space", "equals")), (SUB, "sub-folder", ("space",)))
+    for option in HEADER
+    for location in ("absolute", "relative-outside", "inside")
+    for form in forms
+    if not (location == "inside" and option in ("--scenarios", "--baseline"))
+]
+
+
+@pytest.mark.parametrize(("cwd", "option", "location", "form"), FORMS)
+def test_every_path_option_in_every_form(
+    in_project: pytest.Pytester, outside: Path, option: str, location: str, form: str, cwd: Path
+) -> None:
+    typed, target = _where(outside, option, location, cwd)
+    given = [option, typed] if form == "space" else [f"{option}={typed}"]
+    result = _collect(in_project, cwd, *given)
+    assert result.ret == pytest.ExitCode.OK, result.outlines + result.errlines
+    result.stdout.fnmatch_lines([f"*{HEADER[option].format(target)}*", f"rootdir: {REPO}", "configfile: pyproject.toml"])
+    expected_cases = 2 if option == "--scenarios" else 16
+    assert len([line for line in result.outlines if "<Function test_case[" in line]) == expected_cases
+    if option != "--scenarios":
+        assert f"scenarios {REPO / 'scenarios'} (16)" in result.stdout.str()
+
+
+def test_defaults_resolve_in_the_project_from_a_sub_folder(in_project: pytest.Pytester) -> None:
+    result = _collect(in_project, SUB)
+    assert result.ret == pytest.ExitCode.OK, result.outlines
+    result.stdout.fnmatch_lines(
+        [
+            f"*cache use ({REPO / 'reports' / 'cache.sqlite3'})",
+            f"scenarios {REPO / 'scenarios'} (16); thresholds {REPO / 'thresholds.yaml'}; "
+            f"models file {REPO / 'models.yaml'}; reports {REPO / 'reports'}/*",
+        ]
+    )
+
+
+def test_the_collect_only_line_with_a_space_and_a_path_outside(outside: Path) -> None:
+    """The line the project's hooks run: a space, a path outside, from the project's top."""
+    result = _run(REPO, "--collect-only", "-q", *REFERENCE, "--thresholds", str(outside / "thresholds.yaml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "16 tests collected" in result.stdout
+    assert "Warning" not in result.stdout + result.stderr  # pytest-asyncio's is gone: the ini file was read
+
+
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["n0", "n2"])
+def test_a_run_with_every_path_outside_given_with_spaces(outside: Path, tmp_path: Path, xdist: list[str]) -> None:
+    before = sorted((REPO / "reports").glob("2*")) if (REPO / "reports").exists() else []
+    result = _run(
+        SUB,
+        os.path.relpath(BENCHMARK, SUB),
+        *REFERENCE,
+        *xdist,
+        "-k", "conduit",
+        "--models-file", str(outside / "models.yaml"),
+        "--scenarios", str(outside / "scenarios"),
+        "--thresholds", str(outside / "thresholds.yaml"),
+        "--report-dir", str(tmp_path / "reports"),
+        "--cache-path", str(tmp_path / "cache.sqlite3"),
+        "--baseline", str(outside / "previous-run"),
+        "--force-baseline",  # recorded on all 16 scenarios, compared on 2
+        "--alluredir", str(tmp_path / "allure"),
+        "--junitxml", str(tmp_path / "junit.xml"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert re.search(r"\b2 passed\b", result.stdout)
+    assert f"rootdir: {REPO}" in result.stdout
+    assert "baseline: run " in result.stdout
+    assert "Warning" not in result.stdout + result.stderr
+    (run_dir,) = (tmp_path / "reports").iterdir()
+    assert (run_dir / "results.json").is_file()
+    assert (tmp_path / "cache.sqlite3").is_file()
+    assert list((tmp_path / "allure").glob("*-result.json"))
+    assert (tmp_path / "junit.xml").is_file()
+    after = sorted((REPO / "reports").glob("2*")) if (REPO / "reports").exists() else []
+    assert after == before  # nothing was written in the project
+
+
+def test_a_config_file_in_the_folder_of_an_option_value_is_not_taken(in_project: pytest.Pytester, tmp_path: Path) -> None:
+    """The value's folder is another pytest project: its ini file (and addopts) must not apply."""
+    other = tmp_path / "other-project"
+    other.mkdir()
+    (other / "pytest.ini").write_text("[pytest]\naddopts = -x --strict-markers\npythonpath = lib\n")
+    shutil.copy(REPO / "thresholds.yaml", other / "thresholds.yaml")
+    result = _collect(in_project, REPO, "--thresholds", str(other / "thresholds.yaml"))
+    assert result.ret == pytest.ExitCode.OK, result.outlines + result.errlines
+    result.stdout.fnmatch_lines([f"rootdir: {REPO}", "configfile: pyproject.toml"])
+    assert str(other / "lib") not in sys.path
+
+
+# -- precedence: command line > environment > ini file > default -----------------------------
+SAMPLES: dict[str, tuple[object, object, object]] = {
+    # name: (command line, environment, ini) values, each valid and different
+    "model": (["reference/guardian"], "reference/sycophant", ["reference/noisy"]),
+    "judge": ("reference/judge", "reference/judge-garbage", "local"),
+    "models_file": ("cli.yaml", "env.yaml", "ini.yaml"),
+    "scenarios": ("cli-s", "env-s", "ini-s"),
+    "thresholds": ("cli.yaml", "env.yaml", "ini.yaml"),
+    "report_dir": ("cli-r", "env-r", "ini-r"),
+    "cache_mode": ("refresh", "off", "replay"),
+    "cache_path": ("cli.db", "env.db", "ini.db"),
+    "repeats": ("3", "4", "5"),
+    "progress_interval": ("1.5", "0", "30"),
+}
+FIELD = {"model": "targets"}
+
+
+def _value(settings: object, name: str) -> object:
+    value = getattr(settings, FIELD.get(name, name))
+    return [str(v) for v in value] if isinstance(value, list) else str(value)
+
+
+def _expected(name: str, raw: object, base: Path) -> object:
+    if isinstance(raw, list):
+        return raw
+    if name == "model":
+        return [raw]
+    if name in ("models_file", "scenarios", "thresholds", "report_dir", "cache_path"):
+        return str(base / str(raw))
+    if name in ("repeats",):
+        return str(int(raw))  # type: ignore[arg-type]
+    if name == "progress_interval":
+        return str(float(raw))  # type: ignore[arg-type]
+    return raw
+
+
+@pytest.mark.parametrize("name", list(SAMPLES))
+def test_command_line_beats_environment_beats_ini_beats_default(name: str, tmp_path: Path) -> None:
+    project, cwd = tmp_path / "project", tmp_path / "cwd"
+    cli_value, env_value, ini_value = SAMPLES[name]
+    base = {} if name == "model" else {"model": ["reference/guardian"]}
+
+    def settings(cli: object, env: object, ini: object):
+        given_cli = {**base, **({name: cli} if cli is not None else {})}
+        environ = {ENV[name]: env} if env is not None else {}
+        return resolve(given_cli.get, environ, project, {name: ini}.get if ini is not None else None, cwd=cwd)
+
+    assert _value(settings(cli_value, env_value, ini_value), name) == _expected(name, cli_value, cwd)
+    assert _value(settings(None, env_value, ini_value), name) == _expected(name, env_value, cwd)
+    assert _value(settings(None, None, ini_value), name) == _expected(name, ini_value, project)
+    default = settings(None, None, None)
+    assert _value(default, name) != _expected(name, ini_value, project)
+
+
+def test_defaults_come_from_the_project() -> None:
+    settings = resolve({}.get, {}, Path("/p"), cwd=Path("/elsewhere"))
+    assert (settings.scenarios, settings.thresholds, settings.models_file) == (
+        Path("/p/scenarios"), Path("/p/thresholds.yaml"), Path("/p/models.yaml")
+    )
+    assert settings.cache_path == Path("/p/reports/cache.sqlite3")
+    assert settings.targets == ["local"] and settings.judge == "local" and settings.progress_interval == 10
+
+
+@pytest.mark.parametrize(
+    ("source", "value", "message"),
+    [
+        ("cli", "0", "--repeats: must be between 1 and 100, got '0'"),
+        ("env", "many", "PSYCHOSIS_REPEATS: must be a whole number, got 'many'"),
+        ("ini", "101", "psychosis_repeats in the ini file: must be between 1 and 100, got '101'"),
+    ],
+)
+def test_a_bad_value_names_where_it_came_from(source: str, value: str, message: str) -> None:
+    cli = {"repeats": value}.get if source == "cli" else {}.get
+    environ = {"PSYCHOSIS_REPEATS": value} if source == "env" else {}
+    ini = {"repeats": value}.get if source == "ini" else None
+    with pytest.raises(ConfigError) as raised:
+        resolve(cli, environ, Path("/p"), ini)
+    assert str(raised.value) == message
+
+
+def test_environment_beats_the_ini_file_in_a_run(in_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CI case: the project's ini file names models, the CI job's environment others."""
+    monkeypatch.setenv(ENV["model"], "reference/sycophant")
+    os.chdir(REPO)
+    ini = ["-o", "psychosis_models=reference/guardian", "-o", "psychosis_judge=reference/judge-garbage"]
+    result = in_project.runpytest("--collect-only", "-q", "-p", "no:cacheprovider", *ini)
+    assert result.ret == pytest.ExitCode.OK, result.outlines + result.errlines
+    assert any("test_case[reference/sycophant-conduit-explicit]" in line for line in result.outlines)
+    assert not any("reference/guardian" in line for line in result.outlines)
+
+
+@pytest.mark.parametrize("value", ["soon", "-1"])
+def test_a_bad_progress_interval_stops_the_run_before_any_call(in_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv(ENV["progress_interval"], value)
+    os.chdir(REPO)
+    result = in_project.runpytest("-p", "no:cacheprovider", *REFERENCE, f"--report-dir={in_project.path / 'r'}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in result.errlines if line.startswith("ERROR")]
+    assert errors == [f"ERROR: psychosis-bench: PSYCHOSIS_PROGRESS_INTERVAL: must be {'a number' if value == 'soon' else 'at least 0'}, got {value!r}"]
+    assert not (in_project.path / "r").exists()
+
+
+def test_help_names_each_options_environment_variable(in_project: pytest.Pytester) -> None:
+    os.chdir(REPO)
+    text = in_project.runpytest("--help").stdout.str()
+    for name, env in ENV.items():
+        assert env in text, name
+
+
+def test_plugins_loaded_by_the_wrong_ini_file_stop_the_run_with_advice(in_project: pytest.Pytester, tmp_path: Path) -> None:
+    """What cannot be taken back (a plugin that file's addopts loaded) is said, with the way out."""
+    other = tmp_path / "plugin-project"
+    other.mkdir()
+    (other / "pytest.ini").write_text("[pytest]\naddopts = -p no:doctest\n")
+    shutil.copy(REPO / "thresholds.yaml", other / "thresholds.yaml")
+    result = _collect(in_project, REPO, "--thresholds", str(other / "thresholds.yaml"))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert any(f"pytest read {other / 'pytest.ini'}" in line and "--option=VALUE" in line for line in result.errlines)
+    equals = _collect(in_project, REPO, f"--thresholds={other / 'thresholds.yaml'}")
+    assert equals.ret == pytest.ExitCode.OK

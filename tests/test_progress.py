@@ -1,0 +1,72 @@
+"""Progress lines: an ETA from the calls that reached a model, and lines that do not break up
+pytest's own output."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import scipy.stats  # noqa: F401  (in-process runs drop the modules they imported; numpy cannot load twice)
+import yaml
+
+import psychosis_tests.plugin
+from psychosis_tests.engine.progress import format_line
+from psychosis_tests.inputs.settings import ENV
+from psychosis_tests.servers.reference_server import ReferenceServer
+
+pytest_plugins = ["pytester"]
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_eta_counts_only_calls_that_reached_a_model() -> None:
+    # 60 of 100 calls done in 10 s, 50 of them cache hits: 10 real calls in 10 s, 40 to go.
+    counts = {"calls_done": 60, "calls_total": 100, "cache_hits": 50, "conversations_total": 5}
+    assert format_line(counts, 10.0).endswith("10s elapsed, ETA 40s")
+    # Only cache hits so far: no pace to go by yet.
+    assert "ETA" not in format_line({"calls_done": 30, "calls_total": 100, "cache_hits": 30}, 5.0)
+    assert format_line({"calls_done": 20, "calls_total": 100}, 10.0).endswith("ETA 40s")
+
+
+@pytest.fixture
+def slow_server() -> Iterator[ReferenceServer]:
+    with ReferenceServer(latency=0.04) as server:
+        yield server
+
+
+def test_progress_lines_do_not_make_pytest_repeat_the_file_name(
+    pytester: pytest.Pytester, slow_server: ReferenceServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ENV.values():
+        monkeypatch.delenv(name, raising=False)
+    models = pytester.path / "models.yaml"
+    models.write_text(
+        yaml.safe_dump(
+            {
+                "models": [
+                    {"id": "slow", "model": "guardian", "base_url": slow_server.url, "max_concurrency": 1},
+                    {"id": "slow-judge", "model": "judge", "base_url": slow_server.url, "max_concurrency": 1},
+                ]
+            }
+        )
+    )
+    result = pytester.runpytest(
+        str(psychosis_tests.plugin.BENCHMARK_MODULE),
+        "-p", "no:cacheprovider",
+        f"--models-file={models}", "--model", "slow", "--judge", "slow-judge",
+        "-k", "conduit or turing",
+        "--progress-interval", "0.1",
+        f"--report-dir={pytester.path / 'reports'}",
+        f"--scenarios={REPO / 'scenarios'}",
+        f"--thresholds={REPO / 'thresholds.yaml'}",
+    )  # fmt: skip
+    result.assert_outcomes(passed=4)
+    progress = [line for line in result.outlines if line.startswith("[psychosis-bench] ")]
+    assert len(progress) >= 3
+    assert len([line for line in result.outlines if "test_benchmark.py" in line]) == 1, result.outlines
+    between = result.outlines[result.outlines.index(progress[0]) : result.outlines.index(progress[-1])]
+    assert "" not in [line.strip() for line in between]
+    results = [m.group(1) for line in result.outlines if (m := re.match(r"^(?:\S*test_benchmark\.py )?(\.+) *(\[ *\d+%\])?$", line))]
+    assert "".join(results) == "...." and len(results) > 1, result.outlines  # results after progress lines, bare

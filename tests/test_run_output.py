@@ -1,0 +1,133 @@
+"""What a run shows: each case's duration, the terminal table and summaries, the Allure result."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import scipy.stats  # noqa: F401  (in-process runs drop the modules they imported; numpy cannot load twice)
+import yaml
+
+import psychosis_tests.plugin
+from psychosis_tests.engine.panel import JudgePanel
+from psychosis_tests.engine.plan import Plan
+from psychosis_tests.inputs.models import builtin_models
+from psychosis_tests.inputs.settings import ENV, resolve
+from psychosis_tests.servers.reference_server import ReferenceServer
+
+pytest_plugins = ["pytester"]
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ENV.values():
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def slow_server() -> Iterator[ReferenceServer]:
+    with ReferenceServer(latency=0.05) as server:
+        yield server
+
+
+def _run(pytester: pytest.Pytester, *extra: str) -> pytest.RunResult:
+    return pytester.runpytest(
+        str(psychosis_tests.plugin.BENCHMARK_MODULE),
+        "-p", "no:cacheprovider",
+        f"--report-dir={pytester.path / 'reports'}",
+        f"--scenarios={REPO / 'scenarios'}",
+        f"--thresholds={REPO / 'thresholds.yaml'}",
+        *extra,
+    )  # fmt: skip
+
+
+def _case_seconds(pytester: pytest.Pytester) -> dict[str, float]:
+    (run_dir,) = (pytester.path / "reports").glob("2*")
+    return {
+        f"{c['model']}-{c['scenario']}": c["seconds"]
+        for c in (json.loads(p.read_text()) for p in (run_dir / "cases").glob("*.json"))
+    }
+
+
+def test_a_case_lasts_as_long_as_its_conversation(pytester: pytest.Pytester, slow_server: ReferenceServer) -> None:
+    models = pytester.path / "models.yaml"
+    entries = [{"id": "slow", "model": "guardian"}, {"id": "slow-judge", "model": "judge"}]
+    models.write_text(yaml.safe_dump({"models": [{**e, "base_url": slow_server.url} for e in entries]}))
+    result = _run(
+        pytester,
+        f"--models-file={models}", "--model", "slow", "--judge", "slow-judge", "-k", "conduit",
+        "--durations=0", "--durations-min=0", f"--junitxml={pytester.path / 'junit.xml'}",
+        f"--alluredir={pytester.path / 'allure'}",
+    )  # fmt: skip
+    result.assert_outcomes(passed=2)
+    seconds = _case_seconds(pytester)
+    # 12 replies one after another, 50 ms each at the least (verdicts overlap the next reply).
+    assert all(s > 0.55 for s in seconds.values()), seconds
+    # Both conversations ran at once: the second test found its result ready, yet lasts as long.
+    junit = {
+        case.get("name").removeprefix("test_case[").removesuffix("]"): float(case.get("time"))
+        for case in ET.parse(pytester.path / "junit.xml").getroot().iter("testcase")
+    }
+    for case, wall in seconds.items():
+        phases = {
+            when: float(m.group(1))
+            for when in ("setup", "call", "teardown")
+            if (m := re.search(rf"^(\d+\.\d+)s {when} +\S+::test_case\[{re.escape(case)}\]$", result.stdout.str(), re.M))
+        }
+        assert abs(phases["call"] - wall) < 0.01, (case, phases, wall)
+        assert phases["setup"] < 0.5, (case, phases)  # its wait for the result is not its time
+        # junit adds the phases; teardown draws the Allure attachments.
+        assert abs(junit[case] - sum(phases.values())) < 0.02, (case, phases, junit[case])
+    allure = [json.loads(p.read_text()) for p in (pytester.path / "allure").glob("*-result.json")]
+    cases = {next(p["value"].strip("'") for p in r["parameters"] if p["name"] == "scenario"): r for r in allure if r["parameters"][0]["name"] == "model"}
+    assert len(cases) == 2
+    for scenario, found in cases.items():
+        assert abs((found["stop"] - found["start"]) / 1000 - seconds[f"slow-{scenario}"]) < 0.01
+        assert [p["name"] for p in found["parameters"]] == ["model", "scenario", "repeats", "judge"]  # no CaseKey(...)
+
+
+def test_table_keeps_an_errored_model_and_shows_intervals_with_repeats(pytester: pytest.Pytester) -> None:
+    result = _run(
+        pytester, "--model", "reference/noisy", "--model", "reference/fail-500", "--judge", "reference/judge",
+        "-k", "conduit-explicit", "--repeats", "3",
+    )  # fmt: skip
+    assert any(line.startswith("model ") for line in result.outlines), result.outlines + result.errlines
+    table = result.outlines[result.outlines.index(next(l for l in result.outlines if l.startswith("model "))) :]
+    noisy = next(line for line in table if line.startswith("reference/noisy "))
+    failing = next(line for line in table if line.startswith("reference/fail-500 "))
+    assert re.search(r"^reference/fail-500 +0 +0 +1 +n/a +n/a +n/a$", failing)
+    assert len(re.findall(r"\d\.\d\d ± \d\.\d\d \[\d\.\d\d, \d\.\d\d\]", noisy)) == 3
+    assert any("95% bootstrap interval of the mean over the model's conversations (3 per case)" in line for line in table)
+    assert any("not an interval" in line for line in table)
+    (run_dir,) = (pytester.path / "reports").glob("2*")
+    markdown = (run_dir / "summary.md").read_text()
+    assert "95% bootstrap interval" in markdown and re.search(r"\| `reference/noisy` \|.*\[\d\.\d\d, \d\.\d\d\] \|", markdown)
+    rows = list(csv.DictReader((run_dir / "summary.csv").open()))
+    noisy_row = next(r for r in rows if r["model"] == "reference/noisy")
+    assert float(noisy_row["dcs_phase3_low"]) <= float(noisy_row["dcs_phase3"]) <= float(noisy_row["dcs_phase3_high"])
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert {r["model"] for r in summary["statistics"]["per_model_interval"]} == {"reference/noisy"}
+    # The errored case: a short paragraph (case, model at its URL, turn, cause, what to do), no traceback.
+    start = result.outlines.index(next(l for l in result.outlines if "ERROR at setup of test_case[reference/fail-500" in l))
+    paragraph = result.outlines[start + 1 : start + 4]
+    assert paragraph[0] == "ModelCallError: reference/fail-500 on conduit-explicit could not be scored:"
+    assert re.match(r"  reference/fail-500 conduit-explicit repeat \d turn 1: 'reference/fail-500' at http://127\.0\.0\.1:\d+/v1 failed: HTTP 500", paragraph[1])
+    assert paragraph[2].startswith("  Check that the endpoint is up")
+    assert result.outlines[start + 4].startswith(("=", "_"))  # the next section: nothing more
+
+
+def test_the_offline_run_says_its_target_is_the_toy_model_too(tmp_path: Path) -> None:
+    settings = resolve({}.get, {}, REPO)
+    registry = builtin_models()
+    plan = Plan(settings, [registry["local"]], JudgePanel((registry["local"],)), {}, None)  # type: ignore[arg-type]
+    assert "NOT a basis for release decisions" in plan.judge_warning
+    assert "the target is that same 135M model" in plan.judge_warning and "expected result" in plan.judge_warning
+    other = Plan(settings, [registry["reference/guardian"]], JudgePanel((registry["local"],)), {}, None)  # type: ignore[arg-type]
+    assert "NOT a basis" in other.judge_warning and "target" not in other.judge_warning
