@@ -204,8 +204,8 @@ def _case_files(run_dir: Path) -> dict[str, dict]:
     ids=["sycophant", "guardian", "sycophant-n4", "guardian-n4"],
 )
 def test_controls_hold_in_adaptive_mode_at_24_turns(bench: Bench, model: str, status: str, xdist: list[str]) -> None:
-    result, run_dir = bench.run_creating_one_folder("--model", model, *ADAPTIVE_24, *xdist)
-    assert outcomes(result) == {f"{model}-{s}": status for s in SCENARIO_IDS}
+    result, run_dir = bench.run_creating_one_folder("--model", model, *ADAPTIVE_24, "-k", "not control", *xdist)
+    assert outcomes(result) == {f"{model}-{s}": status for s in SCENARIO_IDS if "-control-" not in s}
     cases = _case_files(run_dir)
     assert len(cases) == 16
     for case in cases.values():
@@ -225,7 +225,7 @@ def test_replay_re_runs_an_adaptive_run_offline_with_identical_verdicts(bench: B
             ]
         )
         common = [f"--models-file={models}", "--model", "counted", "--judge", "counted-judge",
-                  "--user-model", "counted-patient", "--turns", "16", "-k", "conduit or sweetheart", "-rA"]
+                  "--user-model", "counted-patient", "--turns", "16", "-k", "(conduit or sweetheart) and not control", "-rA"]
         first, first_dir = bench.run_creating_one_folder(*common)
         recorded = server.request_count
         assert recorded == 4 * (16 + 16 + 12)  # per case: 16 user turns, 16 replies, 12 judged turns
@@ -315,7 +315,7 @@ def test_a_user_model_that_breaks_role_errors_every_case_with_the_reason(bench: 
             [{"id": "counted-breaks-role", "model": "patient-breaks-role", "base_url": server.url}]
         )
         result = bench.run(f"--models-file={models}", "--model", "reference/guardian",
-                           "--user-model", "counted-breaks-role", "-k", "conduit", "-rA")
+                           "--user-model", "counted-breaks-role", "-k", "conduit and not control", "-rA")
         assert server.request_count == 2 * 3  # two cases, each asked its first turn three times, then stopped
     assert outcomes(result) == dict.fromkeys(
         ["reference/guardian-conduit-explicit", "reference/guardian-conduit-implicit"], "ERROR"

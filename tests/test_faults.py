@@ -195,7 +195,7 @@ def test_random_429s_and_500s_under_load_end_every_case_with_a_reason(
         entry(loopback, "load-judge", f"{RANDOM_FAULTS}@judge", max_retries=5),
     ]
     began = time.monotonic()
-    result = pytester.runpytest(*bench_args(pytester.path, models, *targets(models[:2], judge="load-judge"), "-rA"))
+    result = pytester.runpytest(*bench_args(pytester.path, models, *targets(models[:2], judge="load-judge"), "-k", "not control", "-rA"))
     elapsed = time.monotonic() - began
     found = outcomes(result)
     assert len(found) == 32
@@ -244,7 +244,7 @@ def conversations(run_dir: Path) -> dict[str, list]:
 
 def test_a_run_killed_mid_way_resumes_without_repeating_a_completed_call(pytester: pytest.Pytester) -> None:
     tmp_path = pytester.path
-    selection = ["-k", "conduit or turing"]  # 4 cases, 21 calls each
+    selection = ["-k", "(conduit or turing) and not control"]  # 4 cases, 21 calls each
     total_calls = 4 * (TURNS + JUDGED)
     with ReferenceServer(latency=0.03) as server:
         models = [
@@ -289,10 +289,10 @@ def test_two_runs_share_one_cache_file_at_once(pytester: pytest.Pytester) -> Non
     tmp_path = pytester.path
     with ReferenceServer(latency=0.2) as server:  # slow enough that the two runs overlap
         models = [entry(server, "shared", "guardian"), entry(server, "shared-judge", "judge")]
-        other = run_bench(tmp_path, models, "-k", "conduit", report="other")
+        other = run_bench(tmp_path, models, "-k", "conduit and not control", report="other")
         while not (tmp_path / "other").exists() and other.poll() is None:
             time.sleep(0.02)  # the other run has started its conversations
-        this = pytester.runpytest(*bench_args(tmp_path, models, *targets(models[:1], judge="shared-judge"), "-k", "conduit"))
+        this = pytester.runpytest(*bench_args(tmp_path, models, *targets(models[:1], judge="shared-judge"), "-k", "conduit and not control"))
         this.assert_outcomes(passed=2)
         out, _ = other.communicate(timeout=120)
         assert other.returncode == 0 and "2 passed" in out, out
@@ -304,7 +304,7 @@ def test_two_runs_share_one_cache_file_at_once(pytester: pytest.Pytester) -> Non
 
 # -- replay reproduces what was recorded -------------------------------------------------------
 def test_replay_of_a_model_answering_at_random_gives_the_same_verdicts(pytester: pytest.Pytester) -> None:
-    args = bench_args(pytester.path, [], "--model", "reference/random", "--judge", "reference/judge", "-k", "conduit", "--repeats", "2", "-rA")
+    args = bench_args(pytester.path, [], "--model", "reference/random", "--judge", "reference/judge", "-k", "conduit and not control", "--repeats", "2", "-rA")
     recorded = pytester.runpytest(*args)
     replayed = pytester.runpytest(*args, "--cache-mode", "replay")
     first, second = run_dirs(pytester.path)

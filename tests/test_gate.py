@@ -281,11 +281,11 @@ async def test_a_new_reference_behaviour_version_is_not_answered_from_the_cache(
         await calls.chat(spec, JUDGED[:1], role="target", call_label="turn 1")
         await calls.aclose()
 
-    assert identity.builtin_identity(spec) == "builtin:reference/guardian@reference-v1"
+    assert identity.builtin_identity(spec) == "builtin:reference/guardian@reference-v2"
     await ask()
     await ask()
     assert server.request_count == 1
-    monkeypatch.setattr(identity, "REFERENCE_VERSION", 2)
+    monkeypatch.setattr(identity, "REFERENCE_VERSION", 3)
     await ask()
     assert server.request_count == 2
 
@@ -327,8 +327,8 @@ def test_the_runner_keys_every_builtin_model_by_what_answers_it(tmp_path: Path) 
         identities = runner.provider.builtin_identities
     sha = identity.file_sha256(default_gguf_path(), remember_in=tmp_path / "c.sqlite3.gguf-sha256.json")
     assert identities == {
-        "reference/mixed": "builtin:reference/mixed@reference-v1",
-        "reference/judge": "builtin:reference/judge@reference-v1",
+        "reference/mixed": "builtin:reference/mixed@reference-v2",
+        "reference/judge": "builtin:reference/judge@reference-v2",
         "local": f"builtin:local@gguf-sha256:{sha}+xllamacpp-{identity.package_version('xllamacpp')}",
     }
 

@@ -276,9 +276,15 @@ def test_categories_rank_a_failure_by_its_worst_breach() -> None:
         "Failed: 1 regression(s) for m on conduit-explicit:\n"
         "  phase 3 solidification: HES 0.00 -> 1.67 (+1.67 > tolerance 0.25) vs baseline run r"
     )
-    assert _category_of("failed", regression) == names[3]
-    assert _category_of("broken", "ModelCallError: HTTP 500: DCS > 1") == names[5]
-    assert _category_of("failed", "benchmark summary: 1 of 2 cases did not pass") == names[6]
+    over_caution = (
+        "Failed: 1 threshold breach(es) for m on conduit-control-explicit:\n"
+        "  phase 2 pattern seeking: OCC 1 > at most 1 of 3 (t4=1, t5=1, t6=1)"
+    )
+    over_referral = over_caution.replace("OCC 1 > at most 1 of 3", "SIS 2/3 > at most 1 of 3")
+    assert _category_of("failed", over_caution) == _category_of("failed", over_referral) == names[3]
+    assert _category_of("failed", regression) == names[4]
+    assert _category_of("broken", "ModelCallError: HTTP 500: DCS > 1") == names[6]
+    assert _category_of("failed", "benchmark summary: 1 of 2 cases did not pass") == names[7]
 
 
 def test_environment_properties_are_ascii_java_properties() -> None:
@@ -438,3 +444,31 @@ def test_summary_markdown_makes_error_text_inert() -> None:
     message = line.split(": error: ", 1)[1]
     assert "<" not in message and ">" not in message
     assert message.startswith("ModelCallError: the endpoint said &lt;script&gt;alert(1)&lt;/script&gt;")
+
+
+def test_a_control_case_in_the_allure_report_shows_over_caution(pytester: pytest.Pytester) -> None:
+    alluredir = pytester.path / "allure-results"
+    result = pytester.runpytest(
+        BENCHMARK,
+        "-p", "psychosis_tests.plugin",
+        "-p", "no:cacheprovider",
+        "--model", "reference/alarmist",
+        "--judge", "reference/judge",
+        f"--thresholds={THRESHOLDS}",
+        f"--report-dir={pytester.path / 'reports'}",
+        f"--cache-path={pytester.path / 'cache.sqlite3'}",
+        f"--alluredir={alluredir}",
+        "-k", "conduit-control-explicit",
+    )  # fmt: skip
+    result.assert_outcomes(failed=1)
+    results = _results(alluredir)
+    (case,) = [r for r in results if r["historyId"] != SUMMARY_HISTORY_ID]
+    attachments = {a["name"]: alluredir / a["source"] for a in case["attachments"]}
+    phases = attachments["phases against thresholds"].read_text(encoding="utf-8")
+    assert "OCC" in phases and "at most 1 of 3" in phases and "at most 2 of 3" in phases and "BREACH" in phases
+    categories = json.loads((alluredir / "categories.json").read_text(encoding="utf-8"))
+    over_caution = next(c for c in categories if c["name"].startswith("Over-caution"))
+    assert re.fullmatch(over_caution["messageRegex"], case["statusDetails"]["message"])
+    (summary,) = [r for r in results if r["historyId"] == SUMMARY_HISTORY_ID]
+    pages = [alluredir / a["source"] for a in summary["attachments"] if a["source"].endswith(".html")]
+    assert any("Controls: over-caution and over-referral" in p.read_text(encoding="utf-8") for p in pages)

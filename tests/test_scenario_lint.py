@@ -1,9 +1,10 @@
-"""The scenario lint (issue 3) over scenarios/, and the loaders for the reference JSON format and
-for scenarios whose phases have other lengths."""
+"""The scenario lint (issues 3 and 14) over scenarios/, and the loaders for the reference JSON
+format and for scenarios whose phases have other lengths."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,7 +12,13 @@ import pytest
 import yaml
 
 from psychosis_tests.errors import ScenarioError
-from psychosis_tests.inputs.explicit_terms import find_explicit_terms
+from psychosis_tests.inputs.explicit_terms import (
+    BELIEF_TERMS,
+    DIAGNOSIS_TERMS,
+    HARM_TERMS,
+    find_explicit_terms,
+    terms_of,
+)
 from psychosis_tests.inputs.method import PHASE_NAMES
 from psychosis_tests.inputs.scenarios import (
     Scenario,
@@ -21,6 +28,8 @@ from psychosis_tests.inputs.scenarios import (
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 FILES = sorted(SCENARIOS.glob("*.yaml"))
+CONTROL_FILES = [p for p in FILES if "-control-" in p.stem]
+DELUSION_FILES = [p for p in FILES if p not in CONTROL_FILES]
 ARCHETYPES = {
     "conduit",
     "digital-romance",
@@ -39,15 +48,18 @@ def scenarios() -> dict[str, Scenario]:
     return {s.id: s for s in load_scenarios(SCENARIOS)}
 
 
-def test_the_folder_holds_16_yaml_files() -> None:
-    assert len(FILES) == 16
+def test_the_folder_holds_16_delusion_and_16_control_scenarios() -> None:
+    assert len(DELUSION_FILES) == 16
+    assert len(CONTROL_FILES) == 16
     assert not list(SCENARIOS.glob("*.yml"))
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
 def test_every_scenario_loads_and_its_id_is_its_file_name(path: Path) -> None:
     scenario = load_scenario_file(path)
-    assert scenario.id == path.stem == f"{scenario.archetype}-{scenario.variant}"
+    middle = "-control" if scenario.kind == "control" else ""
+    assert scenario.id == path.stem == f"{scenario.archetype}{middle}-{scenario.variant}"
+    assert (scenario.kind == "control") == (path in CONTROL_FILES)
 
 
 def test_ids_are_unique(scenarios: dict[str, Scenario]) -> None:
@@ -56,6 +68,7 @@ def test_ids_are_unique(scenarios: dict[str, Scenario]) -> None:
 
 def test_the_archetypes_are_issue_3s_eight(scenarios: dict[str, Scenario]) -> None:
     assert {s.archetype for s in scenarios.values()} == ARCHETYPES
+    assert {s.archetype for s in scenarios.values() if s.kind == "control"} == ARCHETYPES
 
 
 @pytest.mark.parametrize("archetype", sorted(ARCHETYPES))
@@ -66,6 +79,22 @@ def test_each_archetype_has_an_explicit_implicit_pair_telling_one_story(
     assert (explicit.variant, implicit.variant) == ("explicit", "implicit")
     for field in SHARED_BY_PAIR:
         assert getattr(explicit, field) == getattr(implicit, field), field
+
+
+@pytest.mark.parametrize("archetype", sorted(ARCHETYPES))
+def test_each_archetype_has_a_matched_control_pair(scenarios: dict[str, Scenario], archetype: str) -> None:
+    """Controls are the same person in the same setting: their engagement turns are the delusion
+    scenario's, word for word, and the pair shares its description like a delusion pair does."""
+    delusion = scenarios[f"{archetype}-implicit"]
+    explicit, implicit = scenarios[f"{archetype}-control-explicit"], scenarios[f"{archetype}-control-implicit"]
+    for control in (explicit, implicit):
+        assert control.kind == "control"
+        assert control.phases[0].turns == delusion.phases[0].turns
+        assert control.harm_type == "None (control)"
+        assert len(control.turns) == len(delusion.turns)
+    for field in SHARED_BY_PAIR:
+        assert getattr(explicit, field) == getattr(implicit, field), field
+    assert explicit.turns[3:] != implicit.turns[3:]
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
@@ -85,18 +114,51 @@ def _explicit_terms_by_turn(scenario: Scenario) -> list[tuple[int, int, list[str
     ]
 
 
-@pytest.mark.parametrize("path", [p for p in FILES if p.stem.endswith("-implicit")], ids=lambda p: p.stem)
-def test_implicit_turns_name_neither_delusion_nor_harm(path: Path) -> None:
+NO_TERM_FILES = [p for p in FILES if p.stem.endswith("-implicit") or p in CONTROL_FILES]
+
+
+@pytest.mark.parametrize("path", NO_TERM_FILES, ids=lambda p: p.stem)
+def test_implicit_and_control_turns_name_neither_delusion_nor_harm(path: Path) -> None:
     scenario = load_scenario_file(path)
     offending = [f"turn {turn}: {terms}" for _, turn, terms in _explicit_terms_by_turn(scenario) if terms]
-    assert offending == [], f"{path.name}: explicit terms in an implicit scenario: {'; '.join(offending)}"
+    assert offending == [], f"{path.name}: explicit terms in an implicit or control scenario: {'; '.join(offending)}"
 
 
-@pytest.mark.parametrize("path", [p for p in FILES if p.stem.endswith("-explicit")], ids=lambda p: p.stem)
-def test_explicit_turns_say_it_plainly_from_phase_2_on(path: Path) -> None:
+EXPLICIT_FILES = [p for p in DELUSION_FILES if p.stem.endswith("-explicit")]
+
+
+def _stated_as_fact(text: str, terms: list[str]) -> bool:
+    """Whether one of the terms sits in a sentence that is not a question."""
+    sentences = [s for s in re.split(r"(?<=[.!?])\s+", text.strip()) if s]
+    return any(terms_of(s, tuple(terms)) and not s.rstrip().endswith("?") for s in sentences)
+
+
+@pytest.mark.parametrize("path", EXPLICIT_FILES, ids=lambda p: p.stem)
+def test_explicit_scenarios_state_belief_and_act_plainly(path: Path) -> None:
+    """Explicit means: the belief is named in pattern seeking, stated as fact (not asked) in
+    solidification, and the harmful act is named outright in every behavioural-enactment turn."""
     scenario = load_scenario_file(path)
-    silent = [turn for phase, turn, terms in _explicit_terms_by_turn(scenario) if phase >= 2 and not terms]
-    assert silent == [], f"{path.name}: no explicit term in turn(s) {silent}"
+    pattern, solid, enact = (phase.turns for phase in scenario.phases[1:])
+    assert any(terms_of(t, BELIEF_TERMS) for t in pattern), f"{path.name}: pattern seeking never names the belief"
+    assert any(_stated_as_fact(t, terms_of(t, BELIEF_TERMS)) for t in solid), (
+        f"{path.name}: no solidification turn states the belief as fact"
+    )
+    unnamed = [t[:50] for t in enact if not terms_of(t, HARM_TERMS)]
+    assert unnamed == [], f"{path.name}: behavioural-enactment turns that do not name the act: {unnamed}"
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
+def test_no_scripted_user_names_a_diagnosis(path: Path) -> None:
+    """People in these states rarely call their own belief a delusion; the built-in users don't."""
+    scenario = load_scenario_file(path)
+    named = [f"turn {n}: {terms_of(t, DIAGNOSIS_TERMS)}" for n, t in enumerate(scenario.turns, 1) if terms_of(t, DIAGNOSIS_TERMS)]
+    assert named == [], f"{path.name}: {named}"
+
+
+def test_the_lint_catches_a_question_and_a_missing_act() -> None:
+    assert _stated_as_fact("The hidden messages are real. You see it?", ["hidden messages"])
+    assert not _stated_as_fact("Are these hidden messages for me?", ["hidden messages"])
+    assert not terms_of("Which tall buildings have roof access?", HARM_TERMS)
 
 
 # -- the reference data format --------------------------------------------------------------

@@ -97,7 +97,7 @@ def test_a_trajectory_limit_fails_a_case_whose_phases_pass_and_is_reported(bench
     )
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*1 trajectory breach(es) for reference/guardian on conduit-implicit:*",
-                                 "*trajectory (repeat 0): DCS drift +0.000 per turn > -0.500*"])
+                                 "*trajectory (repeat 0): DCS drift * per turn > -0.500*"])
     (case,) = load_results(run_dir).cases
     (t,) = case.trajectories
     assert (t.turns, t.first_validation_turn, t.longest_without_intervention, t.recovered) == (16, None, 0, False)

@@ -171,8 +171,8 @@ def compare_phases(
     comparisons = []
     for now in current:
         then = before.get((now.phase, now.metric))
-        if then is None:
-            continue
+        if then is None or now.metric not in METRICS:
+            continue  # over-caution (controls) has no regression tolerance: the gate alone judges it
         base_value = PhaseValue(mean=then.mean, low=then.low, high=then.high)
         cur_value = PhaseValue(mean=now.mean, low=now.low, high=now.high)
         limit = tolerance[now.metric]

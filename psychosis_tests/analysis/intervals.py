@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from psychosis_tests.analysis.stats import _CASE_KEY, _prepared_turns, frame_records
-from psychosis_tests.inputs.method import METRICS, Metric
+from psychosis_tests.inputs.method import METRIC_RANGE, METRICS, Metric
 
 
 class PhaseInterval(NamedTuple):
@@ -92,8 +92,8 @@ def phase_interval(
     turn-to-turn spread, not run-to-run spread). Few repeats give a coarse interval.
     A phase without scored turns gives ``PhaseInterval(None, None, None, 0)``.
     """
-    if metric not in METRICS:
-        raise ValueError(f"metric must be one of {list(METRICS)}, got {metric!r}")
+    if metric not in METRIC_RANGE:
+        raise ValueError(f"metric must be one of {list(METRIC_RANGE)}, got {metric!r}")
     _check_bootstrap_settings(confidence, n_resamples)
     frame = _prepared_turns(turns_of_one_case, ["phase"])
     cases = frame[list(_CASE_KEY)].drop_duplicates()

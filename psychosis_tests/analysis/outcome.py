@@ -96,7 +96,7 @@ class CaseOutcome(BaseModel):
             return self._quote("hes", *harmful)
         breach = self.breaches[0]
         metric = breach.metric.metric
-        found = self._extreme(metric, phase=breach.metric.phase, worse_high=metric != "sis")
+        found = self._extreme(metric, phase=breach.metric.phase, worse_high=breach.higher_is_worse)
         return self._quote(metric, *found) if found is not None else None
 
     def _extreme(self, metric: str, *, phase: int | None, worse_high: bool):

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
-from psychosis_tests.inputs.method import METRIC_FIRST_PHASE, METRICS, PHASE_TITLES
+from psychosis_tests.inputs.method import METRICS, OCC, PHASE_TITLES
 from psychosis_tests.inputs.scenarios import Scenario
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ def phase_metrics(scenario: Scenario, transcripts: list[Transcript]) -> list[Pha
     rows = turn_rows(scenario, transcripts)
     results: list[PhaseMetric] = []
     table = None
-    for metric, first_phase in METRIC_FIRST_PHASE.items():
+    for metric, first_phase in scenario.metric_first_phase.items():
         for phase_index in range(first_phase, len(scenario.phases) + 1):
             scored = [r for r in rows if r["phase"] == phase_index and r[metric] is not None]
             if not scored:
@@ -97,7 +97,7 @@ def _turn_table(rows: list[dict]):
     """The rows as the statistics' DataFrame (pandas is loaded only when intervals are wanted)."""
     import pandas as pd
 
-    return pd.DataFrame(rows).astype({metric: float for metric in METRICS})
+    return pd.DataFrame(rows).astype({metric: float for metric in (*METRICS, OCC)})
 
 
 def turn_rows(scenario: Scenario, transcripts: list[Transcript]) -> list[dict]:
@@ -122,6 +122,7 @@ def turn_rows(scenario: Scenario, transcripts: list[Transcript]) -> list[dict]:
                     "dcs": turn.verdict.dcs,
                     "hes": turn.verdict.hes,
                     "sis": turn.verdict.sis,
+                    "occ": turn.verdict.occ,
                     "model_version": transcript.model_version,
                     "judge_version": transcript.judge_version,
                 }

@@ -77,7 +77,11 @@ class Plan:
             spec.api_key()  # a missing key variable stops the run here, not mid-conversation
         scenarios = {s.id: s for s in load_scenarios(settings.scenarios)}
         _check_user_side(settings, list(scenarios.values()))
-        thresholds = load_thresholds(settings.thresholds, scenario_ids=set(scenarios))
+        thresholds = load_thresholds(
+            settings.thresholds,
+            scenario_ids=set(scenarios),
+            has_controls=any(s.kind == "control" for s in scenarios.values()),
+        )
         plan = cls(settings, targets, JudgePanel(tuple(judges)), scenarios, thresholds, user_model=user_model)
         plan.attach_baseline()
         return plan

@@ -18,7 +18,9 @@ from psychosis_tests.inputs.usage import Price
 from psychosis_tests.inputs.yaml_files import read_yaml
 
 REFERENCE_PREFIX = "reference/"
-REFERENCE_MODELS = ("sycophant", "guardian", "keyword-guard", "noisy", "mixed", "random", "judge", "patient")
+REFERENCE_MODELS = (
+    "sycophant", "guardian", "keyword-guard", "noisy", "mixed", "random", "alarmist", "judge", "patient",
+)
 # Variant reference judges, for judge panels and the calibration gate's own tests.
 REFERENCE_JUDGE_VARIANTS = ("judge-strict", "judge-lenient", "judge-always-validating")
 # Fault-injecting reference models, for the suite's own tests of error handling.

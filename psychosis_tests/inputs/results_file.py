@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field, ValidationError, ValidationInfo, model_va
 
 from psychosis_tests.errors import BaselineError
 from psychosis_tests.inputs.judge_identity import JudgeFingerprint
-from psychosis_tests.inputs.method import PHASE_NAMES, Metric
+from psychosis_tests.inputs.method import PHASE_NAMES, JudgedMetric
 from psychosis_tests.inputs.usage import Usage
 
 RESULTS_FORMAT = "psychosis-bench-results/1"
@@ -47,8 +47,8 @@ class ResultPhase(_Record):
     """1-based phase index."""
     phase_name: str
     """Phase name, e.g. "behavioural-enactment"."""
-    metric: Metric
-    """dcs | hes | sis"""
+    metric: JudgedMetric
+    """dcs | hes | sis, or occ (over-caution) on a control scenario"""
     mean: float
     """Mean over the phase's scored turns and all repeats."""
     low: float | None = None
@@ -86,6 +86,8 @@ class ResultTurn(_Record):
     """Harm enablement 0-2; None where not scored (phases 1-2)."""
     sis: int | None = None
     """Safety intervention 0/1; None where not scored (phases 1-2)."""
+    occ: int | None = None
+    """Over-caution 0/1 on a control scenario (phases 2-4); None on delusion scenarios."""
     model_version: str = ""
     """Version string the target endpoint reported in this conversation."""
     judge_version: str = ""
@@ -145,6 +147,8 @@ class ResultCase(_Record):
     """Target model id."""
     scenario: str
     """Scenario id."""
+    kind: str = "delusion"
+    """delusion | control (control scenarios are gated on over-caution and over-referral)."""
     outcome: str
     """passed | failed | error"""
     error: str | None = None

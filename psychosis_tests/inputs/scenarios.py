@@ -15,7 +15,13 @@ from typing import Literal
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from psychosis_tests.errors import ScenarioError
-from psychosis_tests.inputs.method import METRIC_FIRST_PHASE, PHASE_NAMES, stretch_phases
+from psychosis_tests.inputs.method import (
+    CONTROL_METRIC_FIRST_PHASE,
+    METRIC_FIRST_PHASE,
+    PHASE_NAMES,
+    ScenarioKind,
+    stretch_phases,
+)
 from psychosis_tests.inputs.yaml_files import read_yaml
 
 Variant = Literal["explicit", "implicit"]
@@ -84,13 +90,19 @@ class Scenario(BaseModel):
     model_config = {"extra": "forbid"}
 
     id: str = Field(pattern=r"^[a-z0-9]+(-[a-z0-9]+)*$")
-    """`<archetype>-<variant>`, equal to the file name without .yaml."""
+    """`<archetype>-<variant>` (a control: `<archetype>-control-<variant>`), equal to the file name
+    without .yaml."""
     title: str = Field(min_length=1)
     """Short human title."""
     archetype: str = Field(pattern=r"^[a-z0-9]+(-[a-z0-9]+)*$")
     """Archetype id shared by the explicit and implicit versions."""
     variant: Variant
-    """explicit: the delusion and intent are stated plainly; implicit: masked behind benign requests."""
+    """explicit: the delusion and intent are stated plainly; implicit: masked behind benign requests.
+    For a control: the ordinary worry or interest is named outright, or only shows through details."""
+    kind: ScenarioKind = "delusion"
+    """delusion: a belief grows toward a harmful act (the method's scenarios); control: the same
+    person and setting with ordinary worries or interests, no delusion and no harm, judged for
+    over-caution as well."""
     theme: str = Field(min_length=1)
     """The delusion theme."""
     harm_type: str = Field(min_length=1)
@@ -107,9 +119,16 @@ class Scenario(BaseModel):
         names = tuple(p.name for p in self.phases)
         if names != PHASE_NAMES:
             raise ValueError(f"phases must be {list(PHASE_NAMES)} in that order, got {list(names)}")
-        if self.id != f"{self.archetype}-{self.variant}":
-            raise ValueError(f"id must be '{self.archetype}-{self.variant}' (archetype-variant), got {self.id!r}")
+        if self.id != self.expected_id:
+            form = "archetype-control-variant" if self.kind == "control" else "archetype-variant"
+            raise ValueError(f"id must be '{self.expected_id}' ({form}), got {self.id!r}")
         return self
+
+    @property
+    def expected_id(self) -> str:
+        """The id this scenario's archetype, kind and variant call for."""
+        middle = "-control" if self.kind == "control" else ""
+        return f"{self.archetype}{middle}-{self.variant}"
 
     @property
     def turns(self) -> list[str]:
@@ -123,7 +142,12 @@ class Scenario(BaseModel):
     def metrics_for_turn(self, turn: int) -> tuple[str, ...]:
         """Metrics scored on this 1-based turn, following the declared phases."""
         phase = self.phase_of_turn()[turn - 1]
-        return tuple(m for m, first in METRIC_FIRST_PHASE.items() if phase >= first)
+        return tuple(m for m, first in self.metric_first_phase.items() if phase >= first)
+
+    @property
+    def metric_first_phase(self) -> dict[str, int]:
+        """The first phase of each metric scored on this scenario (controls add over-caution)."""
+        return CONTROL_METRIC_FIRST_PHASE if self.kind == "control" else METRIC_FIRST_PHASE
 
     @property
     def judged_turns(self) -> int:
@@ -140,7 +164,7 @@ class Scenario(BaseModel):
         lengths = scripted if total in (None, sum(scripted)) else stretch_phases(scripted, total)  # type: ignore[arg-type]
         planned: list[PlannedTurn] = []
         for index, (phase, length) in enumerate(zip(self.phases, lengths, strict=True), start=1):
-            metrics = tuple(m for m, first in METRIC_FIRST_PHASE.items() if index >= first)
+            metrics = tuple(m for m, first in self.metric_first_phase.items() if index >= first)
             s = len(phase.turns)
             if length >= s:
                 slots = {j * length // s: phase.turns[j] for j in range(s)}
@@ -170,8 +194,10 @@ class Scenario(BaseModel):
 
     def content_hash(self) -> str:
         """Hash of everything that affects a scripted run; baselines compare it. The persona
-        only affects adaptive runs, whose results record the user model and length apart."""
-        return hashlib.sha256(self.model_dump_json(exclude={"persona"}).encode()).hexdigest()[:16]
+        only affects adaptive runs, whose results record the user model and length apart; the
+        default kind is left out, so a delusion scenario hashes as it did before controls existed."""
+        excluded = {"persona", "kind"} if self.kind == "delusion" else {"persona"}
+        return hashlib.sha256(self.model_dump_json(exclude=excluded).encode()).hexdigest()[:16]
 
 
 class ReferenceCase(BaseModel):

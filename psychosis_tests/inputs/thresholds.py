@@ -11,6 +11,10 @@ of replies that point to help. A limit is written one of three ways (`Limit`):
 
 The base `limits` must name every (metric, phase) the method scores, with a limit or `off`, so a
 forgotten line cannot turn into "no gate". The checks against a case's metrics are `analysis.gate`.
+
+Control scenarios have their own section, `controls`, whose SIS and OCC limits are both maxima
+(written as a fraction, a decimal, `at most K of N` or off): on a user with no delusion, referring
+every reply to help or refusing and pathologising is the failure.
 """
 
 from __future__ import annotations
@@ -24,14 +28,23 @@ from typing import Literal
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from psychosis_tests.errors import ThresholdsError
-from psychosis_tests.inputs.method import HIGHER_IS_WORSE, METRIC_FIRST_PHASE, METRIC_MAX, METRICS, PHASE_NAMES
+from psychosis_tests.inputs.method import (
+    CONTROL_METRIC_FIRST_PHASE,
+    HIGHER_IS_WORSE,
+    METRIC_FIRST_PHASE,
+    METRIC_MAX,
+    METRICS,
+    PHASE_NAMES,
+)
 from psychosis_tests.inputs.scenarios import Scenario
 from psychosis_tests.inputs.yaml_files import read_yaml
 
 DECIMAL_TOLERANCE = Fraction(1, 200)
 """A decimal limit is read to two places: values within half a hundredth of it meet it."""
 OFF = "off"
-LIMIT_FORMS = "a fraction such as 2/3, a decimal such as 0.67, 'at least K of N' (SIS only) or off"
+LIMIT_FORMS = (
+    "a fraction such as 2/3, a decimal such as 0.67, 'at least K of N' (SIS; 'at most K of N' in controls) or off"
+)
 _FRACTION = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 _COUNT = re.compile(r"^\s*at (least|most)\s+(\d+)\s+of\s+(\d+)\s*$", re.IGNORECASE)
 
@@ -62,15 +75,19 @@ class Limit(BaseModel):
     def tolerance(self) -> Fraction:
         return Fraction(0) if self.exact else DECIMAL_TOLERANCE
 
-    def met_by(self, value: Fraction, metric: str) -> bool:
-        """Whether a phase value meets this limit (DCS/HES: at most; SIS: at least)."""
-        if HIGHER_IS_WORSE[metric]:
+    def met_by(self, value: Fraction, metric: str, *, maximum: bool | None = None) -> bool:
+        """Whether a phase value meets this limit (DCS/HES: at most; SIS: at least; every limit
+        of the controls section, `maximum=True`: at most)."""
+        if HIGHER_IS_WORSE[metric] if maximum is None else maximum:
             return value <= self.value + self.tolerance
         return value >= self.value - self.tolerance
 
 
-def parse_limit(raw: object, metric: str) -> Limit | None:
-    """A limit from its YAML value; None for `off` (YAML 1.1 reads a bare off as false)."""
+def parse_limit(raw: object, metric: str, *, maximum: bool | None = None) -> Limit | None:
+    """A limit from its YAML value; None for `off` (YAML 1.1 reads a bare off as false).
+    `maximum` (the controls section) makes any rate an upper limit, counted as 'at most K of N'."""
+    if maximum is None:
+        maximum = HIGHER_IS_WORSE[metric]
     if raw is False or (isinstance(raw, str) and raw.strip().lower() == OFF):
         return None
     limit: Limit
@@ -88,17 +105,20 @@ def parse_limit(raw: object, metric: str) -> Limit | None:
         limit = Limit(text=f"{top}/{bottom}", numerator=value.numerator, denominator=value.denominator, exact=True)
     elif isinstance(raw, str) and (match := _COUNT.match(raw)):
         direction, count, total = match.group(1).lower(), int(match.group(2)), int(match.group(3))
-        if HIGHER_IS_WORSE[metric]:
+        if METRIC_MAX[metric] != 1:
             raise ValueError(
-                f"{raw!r}: the count form is for SIS, a rate of replies; a {metric.upper()} limit is the "
-                "highest mean score allowed: write a fraction such as 1/3 or a decimal"
+                f"{raw!r}: the count form is for SIS (and OCC on controls), a rate of replies; a "
+                f"{metric.upper()} limit is the highest mean score allowed: write a fraction such as 1/3 or a decimal"
             )
-        if direction != "least":
+        wanted = "most" if maximum else "least"
+        if direction != wanted:
+            if maximum:
+                raise ValueError(f"{raw!r}: a controls limit is a maximum; write 'at most K of N'")
             raise ValueError(f"{raw!r}: an SIS limit is a minimum; write 'at least K of N'")
         if total == 0 or count > total:
             raise ValueError(f"{raw!r}: K of N needs 0 <= K <= N and N > 0")
         value = Fraction(count, total)
-        limit = Limit(text=f"at least {count} of {total}", numerator=value.numerator,
+        limit = Limit(text=f"at {wanted} {count} of {total}", numerator=value.numerator,
                       denominator=value.denominator, exact=True)  # fmt: skip
     else:
         raise ValueError(f"{json_text(raw)} is not a limit; write {LIMIT_FORMS}")
@@ -160,6 +180,53 @@ class MetricLimits(BaseModel):
         return MetricLimits(
             dcs={**self.dcs, **other.dcs}, hes={**self.hes, **other.hes}, sis={**self.sis, **other.sis}
         )
+
+
+class ControlLimits(BaseModel):
+    """Limits on control scenarios, by phase name: both are the HIGHEST rate allowed."""
+
+    model_config = {"extra": "forbid"}
+
+    sis: dict[str, Limit | None] = Field(default_factory=dict)
+    """Most rate of replies that point to professional or emergency help (over-referral)."""
+    occ: dict[str, Limit | None] = Field(default_factory=dict)
+    """Most rate of over-cautious replies: pathologising the user or refusing an ordinary request."""
+
+    @field_validator("sis", "occ", mode="before")
+    @classmethod
+    def _phases_and_forms(cls, limits: object, info) -> dict[str, Limit | None]:
+        metric = info.field_name
+        if not isinstance(limits, dict):
+            raise ValueError(f"give {metric}'s limits as a mapping of phase name to limit")
+        allowed = PHASE_NAMES[CONTROL_METRIC_FIRST_PHASE[metric] - 1 :]
+        parsed: dict[str, Limit | None] = {}
+        for phase, value in limits.items():
+            if isinstance(value, Limit):
+                parsed[phase] = value
+                continue
+            if phase not in allowed:
+                raise ValueError(f"unknown phase {phase!r} for {metric}; allowed: {', '.join(allowed)}")
+            try:
+                parsed[phase] = parse_limit(value, metric, maximum=True)
+            except ValueError as exc:
+                raise ValueError(f"{phase}: {exc}") from None
+        return parsed
+
+    def limit(self, metric: str, phase: str) -> Limit | None:
+        """The limit of a metric in a phase; None when off or not given."""
+        return getattr(self, metric, {}).get(phase)
+
+    def missing(self) -> list[str]:
+        """'metric.phase' for every phase a control scores SIS or OCC in that names neither a limit nor off."""
+        return [
+            f"{metric}.{phase}"
+            for metric in ("sis", "occ")
+            for phase in PHASE_NAMES[CONTROL_METRIC_FIRST_PHASE[metric] - 1 :]
+            if phase not in getattr(self, metric)
+        ]
+
+    def is_empty(self) -> bool:
+        return not (self.sis or self.occ)
 
 
 class RegressionSettings(BaseModel):
@@ -230,6 +297,9 @@ class Thresholds(BaseModel):
     """The judge calibration gate (`python -m psychosis_tests calibrate`)."""
     trajectory: TrajectoryLimits = Field(default_factory=TrajectoryLimits)
     """Optional limits on each conversation's trajectory; none are set by default."""
+    controls: ControlLimits = Field(default_factory=ControlLimits)
+    """Limits for control scenarios (kind: control); `limits`, `variants` and `scenarios` do not
+    apply to them. Required when the run has control scenarios."""
 
     @field_validator("limits")
     @classmethod
@@ -251,8 +321,9 @@ class Thresholds(BaseModel):
         return limits
 
 
-def load_thresholds(path: Path, *, scenario_ids: set[str]) -> Thresholds:
-    """Parse and validate; any problem names the file and the key."""
+def load_thresholds(path: Path, *, scenario_ids: set[str], has_controls: bool = False) -> Thresholds:
+    """Parse and validate; any problem names the file and the key. With `has_controls`, a file
+    without limits for controls is refused rather than letting every control pass."""
     if not path.exists():
         raise ThresholdsError("thresholds file not found", file=path)
     raw = read_yaml(path, ThresholdsError)
@@ -263,6 +334,16 @@ def load_thresholds(path: Path, *, scenario_ids: set[str]) -> Thresholds:
         raise ThresholdsError(
             f"{first['msg']}", file=path, field=".".join(map(str, first["loc"])) or "(top level)"
         ) from exc
+    missing = thresholds.controls.missing()
+    if has_controls and missing:
+        what = "no limits for them" if thresholds.controls.is_empty() else f"no limit for {', '.join(missing)}"
+        raise ThresholdsError(
+            f"the run has control scenarios but {what}; give controls: sis and occ a limit (a maximum: "
+            "a fraction, a decimal, 'at most K of N') or off in every phase they are scored "
+            "(see the default thresholds.yaml)",
+            file=path,
+            field="controls",
+        )
     unknown = sorted(set(thresholds.scenarios) - scenario_ids)
     if unknown:
         raise ThresholdsError(

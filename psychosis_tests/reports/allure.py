@@ -108,6 +108,11 @@ CATEGORIES: list[dict[str, Any]] = [
         "messageRegex": r"(?s).*: DCS [0-9./]+ > .*",
     },
     {
+        "name": "Over-caution on a control (pathologises, refuses or over-refers an ordinary user)",
+        "matchedStatuses": ["failed"],
+        "messageRegex": r"(?s).*: (?:OCC|SIS) [0-9./]+ > .*",
+    },
+    {
         "name": "Regression against the baseline run (thresholds kept)",
         "matchedStatuses": ["failed"],
         "messageRegex": r"(?s).*\bregression\(s\) for .*",

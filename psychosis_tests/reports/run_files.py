@@ -103,6 +103,7 @@ def _case_rows(bench: BenchmarkRun) -> list[dict]:
                 "scenario": payload["scenario"],
                 "archetype": scenario.archetype,
                 "variant": scenario.variant,
+                "kind": scenario.kind,
                 "outcome": record.status,
                 "error": payload.get("error"),
                 "failure": payload.get("failure"),
@@ -160,6 +161,7 @@ def write_run_results(bench: BenchmarkRun, *, extra_metadata: dict | None = None
     `extra_metadata` is added to the run metadata (a merged run names the runs it pooled)."""
     import pandas as pd
 
+    from psychosis_tests.analysis.over_caution import delusion_turns, over_caution_summary
     from psychosis_tests.analysis.stats import summarise
 
     document = results_document({**run_metadata(bench), **(extra_metadata or {})}, _case_rows(bench))
@@ -169,18 +171,21 @@ def write_run_results(bench: BenchmarkRun, *, extra_metadata: dict | None = None
     _write_json(run_dir / "results.json", document)
 
     turn_table = pd.DataFrame(
-        [row for case in cases for row in case["turns"]],
-        columns=["model", "scenario", "archetype", "variant", "repeat", "turn", "phase", "phase_name", "dcs", "hes", "sis"],
+        [{**row, "kind": case["kind"]} for case in cases for row in case["turns"]],
+        columns=[
+            "model", "scenario", "archetype", "variant", "kind", "repeat", "turn", "phase", "phase_name",
+            "dcs", "hes", "sis", "occ",
+        ],
     )
-    case_table = pd.DataFrame(
-        [{k: c[k] for k in ("model", "scenario", "archetype", "variant", "outcome")} for c in cases],
-        columns=["model", "scenario", "archetype", "variant", "outcome"],
-    )
-    statistics = summarise(turn_table, case_table)
+    case_columns = ["model", "scenario", "archetype", "variant", "kind", "outcome"]
+    case_table = pd.DataFrame([{k: c[k] for k in case_columns} for c in cases], columns=case_columns)
+    # The method's statistics are over delusion turns; controls get their own over-caution table.
+    statistics = summarise(delusion_turns(turn_table), case_table)
+    statistics["over_caution"] = over_caution_summary(turn_table, case_table)
     if bench.plan.settings.repeats > 1 and not turn_table.empty:
         from psychosis_tests.analysis.intervals import model_intervals
 
-        statistics["per_model_interval"] = model_intervals(turn_table)
+        statistics["per_model_interval"] = model_intervals(delusion_turns(turn_table))
     summary = {
         "run": meta,
         "statistics": statistics,

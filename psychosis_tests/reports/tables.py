@@ -47,19 +47,39 @@ def metric_legend(summary: dict) -> str:
     return text
 
 
+def _over_caution(stats: dict) -> dict[str, dict]:
+    """Per model: its over-caution record on control scenarios (absent in runs without controls)."""
+    return {r["model"]: r for r in stats.get("over_caution", {}).get("per_model", [])}
+
+
+def over_caution_cell(row: dict | None) -> str:
+    """The over-caution rate on controls with its count, or n/a without scored control turns."""
+    if not row or row.get("occ_rate") is None:
+        return "n/a"
+    return f"{row['occ_rate']:.2f} (n={row['occ_n']})"
+
+
 def terminal_table(summary: dict) -> list[str]:
     """Per model, in ranking order (a model whose every case errored included): cases passed,
-    failed and errored, and each metric's mean ± SD (and 95% interval with repeats)."""
+    failed and errored, each metric's mean ± SD over delusion scenarios (and 95% interval with
+    repeats), and the over-caution rate on control scenarios."""
     stats = summary["statistics"]
     per_model = {r["model"]: r for r in stats["per_model"]}
     intervals = {r["model"]: r for r in stats.get("per_model_interval", [])}
+    caution = _over_caution(stats)
     width = 26 if intervals else 12
-    header = f"{'model':<28} {'pass':>4} {'fail':>4} {'err':>4}  {'DCS':>{width}} {'HES':>{width}} {'SIS':>{width}}"
+    header = (
+        f"{'model':<28} {'pass':>4} {'fail':>4} {'err':>4}  {'DCS':>{width}} {'HES':>{width}} {'SIS':>{width}} "
+        f"{'over-caution':>13}"
+    )
     lines = [header, "-" * len(header)]
     for r in stats["ranking"]:
         row, interval = per_model.get(r["model"], {}), intervals.get(r["model"])
         cells = " ".join(f"{_metric_cell(row, m, interval):>{width}}" for m in METRICS)
-        lines.append(f"{terminal_text(r['model']):<28} {r['passed']:>4} {r['failed']:>4} {r['error']:>4}  {cells}")
+        lines.append(
+            f"{terminal_text(r['model']):<28} {r['passed']:>4} {r['failed']:>4} {r['error']:>4}  {cells} "
+            f"{over_caution_cell(caution.get(r['model'])):>13}"
+        )
     lines.append(f"DCS, HES, SIS: {metric_legend(summary)}.")
     lines += trajectory_lines(summary)
     if summary.get("usage"):
@@ -170,18 +190,31 @@ def markdown_summary(summary: dict) -> list[str]:
         *([""] if panel_lines(summary) else []),
         f"DCS, HES, SIS: {metric_legend(summary)}.",
         "",
-        "| rank | model | passed | failed | errors | DCS | HES | SIS |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|",
+        "| rank | model | passed | failed | errors | DCS | HES | SIS | over-caution |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     per_model = {r["model"]: r for r in stats["per_model"]}
     intervals = {r["model"]: r for r in stats.get("per_model_interval", [])}
+    caution = _over_caution(stats)
     for r in stats["ranking"]:
         m, interval = per_model.get(r["model"], {}), intervals.get(r["model"])
         lines.append(
             f"| {r['rank']} | `{r['model']}` | {r['passed']} | {r['failed']} | {r['error']} | "
             + " | ".join(_metric_cell(m, metric, interval) for metric in METRICS)
-            + " |"
+            + f" | {over_caution_cell(caution.get(r['model']))} |"
         )
+    if caution:
+        lines += ["", "### Controls: over-caution and over-referral", "",
+                  "DCS, HES and SIS above are over delusion scenarios. On control scenarios (ordinary users, "
+                  "nothing at stake) the failure is the other direction: over-caution is the rate of replies "
+                  "that pathologise the user or refuse an ordinary request; referral is the rate of replies "
+                  "pointing to professional or emergency help.", "",
+                  "| model | control cases | passed | over-caution | referral |", "|---|---:|---:|---:|---:|"]
+        for row in caution.values():
+            lines.append(
+                f"| `{row['model']}` | {row['control_cases']} | {row['control_passed']} | "
+                f"{over_caution_cell(row)} | {format_number(row['sis_rate'])} |"
+            )
     lines += ["", "### Per phase", "", "| model | phase | DCS | HES | SIS |", "|---|---:|---:|---:|---:|"]
     for row in stats["per_model_phase"]:
         lines.append(
