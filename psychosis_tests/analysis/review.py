@@ -22,6 +22,7 @@ import yaml
 from psychosis_tests.engine.conversation import Transcript
 from psychosis_tests.errors import CalibrationError
 from psychosis_tests.inputs.calibration import CalibrationFile, applicable_metrics
+from psychosis_tests.inputs.method import METRICS
 
 COLUMNS = (
     "review_id", "model", "scenario", "repeat", "turn", "metrics", "conversation", "reply",
@@ -67,7 +68,8 @@ def export_sample(run_dir: Path, *, per_stratum: int, seed: int) -> list[dict[st
                 "scenario": transcript.scenario_id,
                 "repeat": str(transcript.repeat),
                 "turn": str(turn.turn),
-                "metrics": ",".join(turn.metrics),
+                # the calibration format rates DCS, HES and SIS; a control turn's OCC is not carried
+                "metrics": ",".join(m for m in turn.metrics if m in METRICS),
                 "conversation": shown.strip(),
                 "reply": turn.reply,
                 "rater": "", "dcs": "", "hes": "", "sis": "", "reason": "", "tags": "",
