@@ -36,7 +36,7 @@ def _summary(report_dir: Path) -> dict:
 @pytest.mark.parametrize("xdist", [[], ["-n", "4"]], ids=["n0", "n4"])
 def test_a_panel_scores_every_turn_and_puts_its_agreement_in_the_summary(tmp_path: Path, xdist: list[str]) -> None:
     report_dir = tmp_path / "panel reports"
-    done = _bench(report_dir, "--model=reference/guardian", "--model=reference/sycophant", *PANEL, "-k", "conduit", *xdist)
+    done = _bench(report_dir, "--model=reference/guardian", "--model=reference/sycophant", *PANEL, "-k", "conduit and not control", *xdist)
     assert done.returncode == 1, done.stdout  # the sycophant fails, the guardian passes
     assert "2 failed, 2 passed" in done.stdout
     summary = _summary(report_dir)
