@@ -1,8 +1,12 @@
-"""Command line: `python -m psychosis_tests compare OLD NEW` and `merge RUN... --out DIR`.
+"""Command line: `python -m psychosis_tests compare OLD NEW`, `merge RUN... --out DIR` and `calibrate`.
 
 `compare` prints a markdown regression table of run NEW against baseline run OLD (for a
 pull-request comment) and exits 1 when anything regressed, 0 when nothing did, 2 on bad input.
 `merge` (psychosis_tests.merge) pools the run folders of a sharded run into one run.
+
+`calibrate` scores the gold-labelled calibration set with a judge (or a panel: --judge repeated)
+and exits 1 when the judge fails the calibration gate in thresholds.yaml, 0 when it passes,
+2 on bad input; `review-export` and `review-import` carry items to and from human raters.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from psychosis_tests.errors import ConfigError
 from psychosis_tests.inputs.method import METRIC_MAX, METRICS
 from psychosis_tests.inputs.results_file import Baseline, check_compatible, load_results
 from psychosis_tests.inputs.thresholds import RegressionSettings
+from psychosis_tests.cli_calibration import add_calibrate_parser, add_review_parsers, calibrate, review_export, review_import
 from psychosis_tests.merge import add_merge_command, run_merge
 from psychosis_tests.reports.tables import comparison_markdown
 
@@ -72,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--force", action="store_true", help="compare even across scenario sets or judges")
     compare.add_argument("--all", action="store_true", help="list unchanged phase metrics too")
     add_merge_command(commands)
+    add_calibrate_parser(commands)
+    add_review_parsers(commands)
     return parser
 
 
@@ -108,8 +115,9 @@ def compare(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    commands = {"compare": compare, "merge": run_merge, "calibrate": calibrate, "review-export": review_export, "review-import": review_import}
     try:
-        return run_merge(args) if args.command == "merge" else compare(args)
+        return commands[args.command](args)
     except ConfigError as exc:
         print(f"psychosis-bench {args.command}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

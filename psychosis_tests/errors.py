@@ -7,6 +7,8 @@
     │   ├── ThresholdsError      thresholds.yaml is malformed
     │   ├── MissingKeyError      a selected remote model's key variable is not set
     │   ├── BaselineError        a baseline cannot be read or does not match this run
+    │   ├── CalibrationError     a calibration set file is missing or malformed
+    │   ├── UncalibratedJudgeError  no passing calibration for the judge (--require-calibrated-judge)
     │   └── MergeError           run folders given to `merge` do not make one run
     ├── CaseError                one case cannot be scored (a test ERROR, never a pass or a 0)
     │   ├── ModelCallError       a model or judge call failed after its retries
@@ -90,6 +92,14 @@ class MissingKeyError(ConfigError):
 
 class BaselineError(ConfigError):
     """A baseline run cannot be read, or was recorded under different conditions."""
+
+
+class CalibrationError(ConfigError):
+    """A calibration set file is missing or malformed."""
+
+
+class UncalibratedJudgeError(ConfigError):
+    """--require-calibrated-judge: no passing calibration result for this judge's fingerprint."""
 
 
 class MergeError(ConfigError):

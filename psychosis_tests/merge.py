@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from psychosis_tests.analysis.outcome import CaseOutcome, evaluate_case
+from psychosis_tests.engine.panel import JudgePanel
 from psychosis_tests.engine.plan import CaseKey, Plan
 from psychosis_tests.errors import MergeError
+from psychosis_tests.inputs.calibration_result import CalibrationResult
 from psychosis_tests.inputs.models import load_models_file, select
 from psychosis_tests.inputs.results_file import ResultsFile, load_results, results_path
 from psychosis_tests.inputs.scenarios import load_scenarios, scenario_set_hash
@@ -56,6 +58,8 @@ class MergedRun:
     started_at: dt.datetime
     records: dict[str, CaseRecord] = field(default_factory=dict)
     selection: list[str] | None = None
+    calibration: CalibrationResult | None = None
+    """Not looked up again: the shards' own calibration line is carried into the merged run."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,11 @@ def check_runs(runs: list[ShardRun]) -> None:
         for what, mine, theirs in (
             ("scenario set", meta.scenario_set_hash, first.scenario_set_hash),
             ("judge", f"{meta.judge} ({meta.judge_model})", f"{first.judge} ({first.judge_model})"),
+            (
+                "judge fingerprint",
+                meta.judge_fingerprint.hash if meta.judge_fingerprint else "none",
+                first.judge_fingerprint.hash if first.judge_fingerprint else "none",
+            ),
             ("rubric version", meta.rubric_version, first.rubric_version),
             ("repeats", str(meta.repeats), str(first.repeats)),
         ):
@@ -153,10 +162,11 @@ def build_plan(runs: list[ShardRun], inputs: MergeInputs) -> Plan:
             "pass --scenarios with the shards' scenario folder"
         )
     registry = load_models_file(inputs.models_file, required=False)
-    specs = select(registry, [*targets, meta.judge], models_file=inputs.models_file)
+    judges = [j.id for j in meta.judge_fingerprint.judges] if meta.judge_fingerprint else meta.judge.split("+")
+    specs = select(registry, [*targets, *judges], models_file=inputs.models_file)
     settings = RunSettings(
         targets=targets,
-        judge=meta.judge,
+        judges=judges,
         models_file=inputs.models_file,
         models_file_given=True,
         scenarios=inputs.scenarios,
@@ -167,7 +177,8 @@ def build_plan(runs: list[ShardRun], inputs: MergeInputs) -> Plan:
         baseline=inputs.baseline,
         force_baseline=inputs.force_baseline,
     )
-    plan = Plan(settings, specs[:-1], specs[-1], scenarios, load_thresholds(inputs.thresholds, scenario_ids=set(scenarios)))
+    panel = JudgePanel(tuple(specs[len(targets):]))
+    plan = Plan(settings, specs[: len(targets)], panel, scenarios, load_thresholds(inputs.thresholds, scenario_ids=set(scenarios)))
     plan.attach_baseline()
     return plan
 
@@ -218,7 +229,13 @@ def merge_runs(paths: list[Path], out: Path, inputs: MergeInputs) -> tuple[dict,
         raise MergeError(f"--out {out} exists and is not empty; give a new folder")
     merged = pool(runs, plan, out)
     spent = round(sum(r.results.run.spent_usd for r in runs), 6)
-    summary = write_run_results(merged, extra_metadata={"spent_usd": spent, "merged_from": [r.name for r in runs]})
+    calibration = {
+        "judge_calibration": runs[0].results.run.judge_calibration,
+        "judge_calibration_passed": runs[0].results.run.judge_calibration_passed,
+    }
+    summary = write_run_results(
+        merged, extra_metadata={"spent_usd": spent, "merged_from": [r.name for r in runs], **calibration}
+    )
     return summary, notes
 
 

@@ -30,6 +30,8 @@ from psychosis_tests.reports.run_files import (
     write_run_results,
 )
 from psychosis_tests.reports.tables import terminal_table
+from psychosis_tests import plugin_calibration
+from psychosis_tests.plugin_calibration import calibration_key, configure_calibration, is_calibration_run
 from psychosis_tests.session import BenchmarkSession, case_error_paragraph
 
 BENCHMARK_MODULE = Path(__file__).with_name("test_benchmark.py").resolve()
@@ -40,7 +42,7 @@ session_key = pytest.StashKey[BenchmarkSession]()
 
 OPTIONS: list[tuple[str, str, dict]] = [
     ("--model", "model", {"action": "append", "metavar": "ID", "help": "target model id (repeatable); default: local"}),
-    ("--judge", "judge", {"metavar": "ID", "help": "judge model id; default: local when the targets are local, reference/judge when all are reference models"}),
+    ("--judge", "judge", {"action": "append", "metavar": "ID", "help": "judge model id; repeat for a judge panel (median DCS/HES, majority SIS); default: local when the targets are local, reference/judge when all are reference models"}),
     ("--models-file", "models_file", {"metavar": "PATH", "help": "models file; default: models.yaml"}),
     ("--scenarios", "scenarios", {"metavar": "PATH", "help": "folder of scenario YAML or a reference-format JSON file; default: scenarios/"}),
     ("--thresholds", "thresholds", {"metavar": "PATH", "help": "thresholds file; default: thresholds.yaml"}),
@@ -55,6 +57,9 @@ OPTIONS: list[tuple[str, str, dict]] = [
     ("--user-mode", "user_mode", {"metavar": "MODE", "help": "adaptive (the user model writes every turn) | scripted (scripted turns verbatim, the user model writes only added turns); default: adaptive with --user-model"}),
     ("--turns", "turns", {"metavar": "N", "help": "user turns per conversation, the four phases stretched proportionally; default: as scripted (12)"}),
     ("--profile-snapshots", "profile_snapshots", {"action": "store_true", "help": "check each case's rounded per-phase profile against its syrupy snapshot in snapshots/"}),
+    ("--require-calibrated-judge", "require_calibrated_judge", {"action": "store_true", "help": "refuse to run unless the report folder holds a passing calibration result for this judge's fingerprint"}),
+    ("--calibration", "calibration", {"metavar": "PATH", "help": "with -m judge_calibration: the calibration set (folder of *.yaml or one file); default: calibration/"}),
+    ("--judge-repeats", "judge_repeats", {"metavar": "N", "help": "with -m judge_calibration: ask the judge N times per item (self-consistency); default: 1"}),
     ("--shard", "shard", {"metavar": "K/N", "help": "run only the K-th of N balanced shards of the selected cases (merge the runs with `python -m psychosis_tests merge`)"}),
     ("--max-cost", "max_cost", {"metavar": "USD", "help": "start no new conversation once the run has spent more than this (priced models only); the cases not started error"}),
     ("--estimate", "estimate", {"action": "store_true", "help": "print the selected run's expected calls, tokens and cost, and exit without calling any model"}),
@@ -121,7 +126,15 @@ def _freeze_until_exit() -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    plugin_calibration.register_marker(config)
     if not _is_benchmark_run(config):
+        return
+    config.pluginmanager.register(plugin_calibration, "psychosis-calibration")
+    if is_calibration_run(config):
+        try:
+            configure_calibration(config, _settings(config))
+        except PsychosisBenchError as exc:
+            raise pytest.UsageError(f"psychosis-bench: {exc}") from None
         return
     if _Frozen.by_a_run:
         gc.unfreeze()
@@ -133,6 +146,7 @@ def pytest_configure(config: pytest.Config) -> None:
             session = BenchmarkSession.for_worker(settings, workerinput[WORKER_INPUT])
         else:
             session = BenchmarkSession.for_controller(settings)
+            session.check_calibrated()
             if not config.option.collectonly and not config.getoption("psychosis_estimate"):
                 session.check_endpoints()
                 session.start_servers()
@@ -167,6 +181,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     session = config.stash.get(session_key, None)
+    if config.stash.get(calibration_key, None) is not None:
+        return plugin_calibration.header_lines(config)
     if session is None:
         return []
     plan = session.plan
@@ -182,6 +198,7 @@ def pytest_configure_node(node) -> None:
     session = node.config.stash.get(session_key, None)
     if session is not None:
         node.workerinput[WORKER_INPUT] = session.worker_payload()
+    plugin_calibration.configure_node(node)
 
 
 def preselected_cases(config: pytest.Config, bench: BenchmarkSession) -> list[CaseKey] | None:
@@ -225,6 +242,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if CASE_FIXTURE not in metafunc.fixturenames:
         return
     session = metafunc.config.stash.get(session_key, None)
+    if session is None and is_calibration_run(metafunc.config):
+        return  # a calibration run: the benchmark's cases are deselected by -m
     if session is None:
         raise pytest.UsageError("psychosis-bench: the benchmark module needs the psychosis_tests.plugin plugin")
     keys = session.plan.cases()

@@ -19,7 +19,9 @@ from psychosis_tests.engine.plan import CaseKey, Plan
 from psychosis_tests.engine.preflight import check_endpoints
 from psychosis_tests.engine.progress import format_line
 from psychosis_tests.engine.runner import Runner, wait_for_case_file
-from psychosis_tests.errors import CaseError, ReplayMissError, VerdictError
+from psychosis_tests.errors import CaseError, ReplayMissError, UncalibratedJudgeError, VerdictError
+from psychosis_tests.inputs.calibration_result import CalibrationResult, calibration_line, find_calibration
+from psychosis_tests.inputs.models import ModelSpec
 from psychosis_tests.inputs.settings import RunSettings
 from psychosis_tests.reports.run_files import STATUS_RANK, CaseRecord
 from psychosis_tests.servers.local import (
@@ -28,6 +30,23 @@ from psychosis_tests.servers.local import (
     default_gguf_path,
     start_local_server,
 )
+
+
+def start_local_servers(specs: list[ModelSpec], log_dir: Path) -> dict[str, LocalServer]:
+    """One embedded llama.cpp server per locally served model; model id -> server."""
+    servers: dict[str, LocalServer] = {}
+    for spec in specs:
+        assert spec.serve_local is not None
+        log_dir.mkdir(parents=True, exist_ok=True)
+        config = LocalServerConfig(
+            gguf=spec.serve_local.gguf or default_gguf_path(),
+            parallel=spec.serve_local.parallel,
+            ctx_per_slot=spec.serve_local.ctx_per_slot,
+            **({"threads": spec.serve_local.threads} if spec.serve_local.threads else {}),
+            log_file=log_dir / f"llama-server-{spec.id.replace('/', '_')}.log",
+        )
+        servers[spec.id] = start_local_server(config)
+    return servers
 
 
 def new_run_id() -> str:
@@ -52,6 +71,10 @@ class BenchmarkSession:
         self.base_urls: dict[str, str] = {}
         self.started_at = dt.datetime.now(dt.timezone.utc)
         self.local_servers: list[LocalServer] = []
+        self.calibration: CalibrationResult | None = find_calibration(
+            plan.settings.report_dir, plan.judge_fingerprint().hash
+        )
+        """The newest calibration result for this run's judge fingerprint, if any."""
         self.records: dict[str, CaseRecord] = {}
         self.selected: list[CaseKey] = []
         """The cases the run selected (known once collection settles it)."""
@@ -67,25 +90,15 @@ class BenchmarkSession:
     def check_endpoints(self) -> None:
         """Every remote endpoint answers a connection, or the run stops here (replay calls none)."""
         if self.plan.settings.cache_mode != "replay":
-            check_endpoints([*self.plan.targets, self.plan.judge], models_file=self.plan.settings.models_file)
+            check_endpoints([*self.plan.targets, *self.plan.panel.judges], models_file=self.plan.settings.models_file)
 
     def start_servers(self) -> None:
         """Start one embedded llama.cpp server per locally served model, for the whole run."""
         if self.plan.settings.cache_mode == "replay":
             return  # replay never calls a model, so nothing needs serving
-        for spec in self.plan.specs_served_by_suite("local"):
-            assert spec.serve_local is not None
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            config = LocalServerConfig(
-                gguf=spec.serve_local.gguf or default_gguf_path(),
-                parallel=spec.serve_local.parallel,
-                ctx_per_slot=spec.serve_local.ctx_per_slot,
-                **({"threads": spec.serve_local.threads} if spec.serve_local.threads else {}),
-                log_file=self.run_dir / f"llama-server-{spec.id.replace('/', '_')}.log",
-            )
-            server = start_local_server(config)
-            self.local_servers.append(server)
-            self.base_urls[spec.id] = server.url
+        servers = start_local_servers(self.plan.specs_served_by_suite("local"), self.run_dir)
+        self.local_servers += servers.values()
+        self.base_urls.update({spec_id: server.url for spec_id, server in servers.items()})
 
     def worker_payload(self) -> str:
         """What a worker needs from the controller (JSON for xdist's workerinput)."""
@@ -181,16 +194,29 @@ class BenchmarkSession:
                 f"user turns: {s.turns or 'as scripted'}; "
                 + (f"written by {s.user_model} ({s.user_mode} mode)" if s.user_model else "scripted")
             )
-        if self.plan.judge.judge_context_messages:
-            lines.append(
-                f"judge context: the newest {self.plan.judge.judge_context_messages} messages of each conversation; "
-                "verdicts that did not see older ones say so in the transcripts"
-            )
+        for judge in self.plan.panel.judges:
+            if judge.judge_context_messages:
+                lines.append(
+                    f"judge context{' of ' + judge.id if len(self.plan.panel.judges) > 1 else ''}: the newest "
+                    f"{judge.judge_context_messages} messages of each conversation; "
+                    "verdicts that did not see older ones say so in the transcripts"
+                )
         if s.shard is not None:
             lines.append(f"shard {s.shard} of the selected cases (merge the shards' run folders with `python -m psychosis_tests merge`)")
         if self.plan.judge_warning:
             lines.append(f"WARNING: {self.plan.judge_warning}.")
+        lines.append(calibration_line(self.calibration))
         return lines
+
+    def check_calibrated(self) -> None:
+        """--require-calibrated-judge: refuse a judge without a passing calibration result."""
+        if not self.plan.settings.require_calibrated_judge:
+            return
+        if self.calibration is None or not self.calibration.passed:
+            raise UncalibratedJudgeError(
+                f"--require-calibrated-judge: {calibration_line(self.calibration)}",
+                field=f"--judge {self.plan.panel.id}",
+            )
 
 
 def case_error_paragraph(key: CaseKey | None, error: CaseError) -> str:

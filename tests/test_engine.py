@@ -22,6 +22,7 @@ from psychosis_tests.analysis.outcome import CaseOutcome, evaluate_case
 from psychosis_tests.engine.cache import CachedResponse, ResponseCache, cache_key
 from psychosis_tests.engine.conversation import run_conversation
 from psychosis_tests.engine.judge import judge_reply
+from psychosis_tests.engine.panel import JudgePanel
 from psychosis_tests.engine.plan import CaseKey, Plan
 from psychosis_tests.engine.providers import Completion, Provider
 from psychosis_tests.engine.runner import Runner
@@ -315,7 +316,7 @@ def test_runner_replays_a_recorded_run_without_any_server_and_off_keeps_no_cache
     def run(mode: str, cache_path: Path) -> tuple[Runner, Any]:
         settings = RunSettings(
             targets=["reference/keyword-guard"],
-            judge="reference/judge",
+            judges=["reference/judge"],
             models_file=tmp_path / "absent.yaml",
             models_file_given=False,
             scenarios=scenarios,
@@ -611,3 +612,33 @@ async def test_priority_limiter_serves_lower_priorities_first_and_survives_cance
     # Every slot came back: a new caller gets one at once.
     await asyncio.wait_for(use("after", 0), timeout=1)
     assert served[-1] == "after"
+
+
+# -- a judge panel's calls carry the conversation identity and their usage ------------------------
+@dataclass
+class JudgeCallRecorder(Provider):
+    """Records, for every judge call, which judge it went to and the conversation it named."""
+
+    judged: list[tuple[str, str]] = field(default_factory=list)
+
+    async def chat(self, spec: ModelSpec, messages: list[dict[str, str]], *, role: str, **kwargs: Any) -> Completion:
+        if role == "judge":
+            self.judged.append((spec.id, kwargs.get("conversation", "")))
+        return await super().chat(spec, messages, role=role, **kwargs)
+
+
+async def test_a_panel_names_the_conversation_in_every_judge_call_and_counts_every_judge(server: ReferenceServer) -> None:
+    calls = JudgeCallRecorder(cache=None, cache_mode="off")
+    panel = JudgePanel((loop_spec(server, "judge"), loop_spec(server, "judge-strict", judge_mode="per-metric")))
+    transcript = await run_conversation(calls, loop_spec(server, "guardian"), panel, SCENARIO, repeat=1)
+    scored = [t for t in transcript.turns if t.metrics]
+    per_metric_calls = sum(len(t.metrics) for t in scored)
+    # one call per scored turn from the combined judge, one per metric from the per-metric one
+    assert sorted({j for j, _ in calls.judged}) == ["loop/judge", "loop/judge-strict"]
+    assert sum(1 for j, _ in calls.judged if j == "loop/judge") == len(scored)
+    assert sum(1 for j, _ in calls.judged if j == "loop/judge-strict") == per_metric_calls
+    # every one of them keyed to this case and repeat, as a single judge's calls are
+    assert {c for _, c in calls.judged} == {f"loop/guardian/{SCENARIO.id}#1"}
+    assert all(t.votes is not None and len(t.votes) == 2 for t in scored)
+    assert sum(t.usage["judge"].calls for t in scored) == len(calls.judged) == server.request_count - len(transcript.turns)
+    await calls.aclose()

@@ -213,3 +213,27 @@ def test_server_dies_when_its_parent_is_killed(tmp_path: Path) -> None:
             if stream is not None:
                 stream.close()
 
+
+
+def test_calibrate_runs_with_the_embedded_judge(tmp_path: Path) -> None:
+    """LOCAL MODEL (both cores): `calibrate` with the default judge (`local`) on a small hand-labelled set.
+
+    Whatever the toy judge's kappa, every item must be judged or reported as an error, and the
+    result must say it fails or passes the gate with numbers, never silently."""
+    import json
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from calibration_fixtures import write_fixture_set
+
+    labelled = write_fixture_set(tmp_path / "labelled set", items_per_turn=1)
+    done = subprocess.run(
+        [sys.executable, "-m", "psychosis_tests", "calibrate", "--calibration", str(labelled),
+         "--report-dir", str(tmp_path / "reports"), "--bootstrap-resamples", "50"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=1200,
+    )
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    assert "judge local on" in done.stdout
+    (result_file,) = (tmp_path / "reports").glob("*-calibration/calibration.json")
+    result = json.loads(result_file.read_text(encoding="utf-8"))
+    assert result["items"] == 18 and result["judged_items"] + len(result["errors"]) == 18
+    assert result["passed"] == (done.returncode == 0)

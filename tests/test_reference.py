@@ -18,7 +18,12 @@ import openai
 import pytest
 
 from psychosis_tests.inputs.explicit_terms import find_explicit_terms
-from psychosis_tests.inputs.models import REFERENCE_FAULT_MODELS, REFERENCE_JUDGE_FAULTS, REFERENCE_MODELS
+from psychosis_tests.inputs.models import (
+    REFERENCE_FAULT_MODELS,
+    REFERENCE_JUDGE_FAULTS,
+    REFERENCE_JUDGE_VARIANTS,
+    REFERENCE_MODELS,
+)
 from psychosis_tests.inputs.rubric import (
     Verdict,
     build_judge_messages,
@@ -126,7 +131,9 @@ def verdicts(client: openai.OpenAI, transcript: list[dict[str, str]]) -> dict[in
 
 
 def test_served_models_are_the_registered_reference_models() -> None:
-    assert set(SERVED_MODELS) == set(REFERENCE_MODELS) | set(REFERENCE_FAULT_MODELS) | set(REFERENCE_JUDGE_FAULTS)
+    assert set(SERVED_MODELS) == (
+        set(REFERENCE_MODELS) | set(REFERENCE_JUDGE_VARIANTS) | set(REFERENCE_FAULT_MODELS) | set(REFERENCE_JUDGE_FAULTS)
+    )
 
 
 def test_scripts_differ_exactly_where_intended() -> None:

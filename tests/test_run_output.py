@@ -14,6 +14,7 @@ import scipy.stats  # noqa: F401  (in-process runs drop the modules they importe
 import yaml
 
 import psychosis_tests.plugin
+from psychosis_tests.engine.panel import JudgePanel
 from psychosis_tests.engine.plan import Plan
 from psychosis_tests.inputs.models import builtin_models
 from psychosis_tests.inputs.settings import ENV, resolve
@@ -125,8 +126,8 @@ def test_table_keeps_an_errored_model_and_shows_intervals_with_repeats(pytester:
 def test_the_offline_run_says_its_target_is_the_toy_model_too(tmp_path: Path) -> None:
     settings = resolve({}.get, {}, REPO)
     registry = builtin_models()
-    plan = Plan(settings, [registry["local"]], registry["local"], {}, None)  # type: ignore[arg-type]
+    plan = Plan(settings, [registry["local"]], JudgePanel((registry["local"],)), {}, None)  # type: ignore[arg-type]
     assert "NOT a basis for release decisions" in plan.judge_warning
     assert "the target is that same 135M model" in plan.judge_warning and "expected result" in plan.judge_warning
-    other = Plan(settings, [registry["reference/guardian"]], registry["local"], {}, None)  # type: ignore[arg-type]
+    other = Plan(settings, [registry["reference/guardian"]], JudgePanel((registry["local"],)), {}, None)  # type: ignore[arg-type]
     assert "NOT a basis" in other.judge_warning and "target" not in other.judge_warning

@@ -11,6 +11,7 @@ from psychosis_tests.analysis.baseline import (
     effective_tolerance,
 )
 from psychosis_tests.analysis.gate import Breach, check
+from psychosis_tests.analysis.panel import failures, split_turns, vote_rows
 from psychosis_tests.analysis.scoring import PhaseMetric, phase_metrics, turn_rows
 from psychosis_tests.analysis.trajectories import TrajectoryBreach, check_trajectories, trajectory
 from psychosis_tests.engine.conversation import Transcript
@@ -60,7 +61,29 @@ class CaseOutcome(BaseModel):
         worst = self._worst_reply()
         if worst:
             lines.append(f"  worst reply ({worst[0]}): {worst[1]}")
-        return "\n".join(lines)
+        return "\n".join(lines + self.panel_notes())
+
+    def panel_payload(self) -> dict | None:
+        """With a judge panel: every judge's scores per turn, the split turns and judge failures."""
+        rows = vote_rows(self.transcripts)
+        if not rows:
+            return None
+        return {
+            "votes": rows,
+            "split": split_turns(rows, with_repeat=len(self.transcripts) > 1),
+            "failures": failures(rows),
+        }
+
+    def panel_notes(self) -> list[str]:
+        """Lines on the panel's split turns and its judges' failures (none without a panel)."""
+        panel = self.panel_payload()
+        if panel is None:
+            return []
+        lines = [f"  judges {split}" for split in panel["split"]]
+        if lines:
+            lines.insert(0, "  panel judges 2 levels apart:")
+        lines += [f"  panel judge {j} gave no valid verdict on {n} turn(s)" for j, n in panel["failures"].items()]
+        return lines
 
     def _worst_reply(self) -> tuple[str, str] | None:
         """The reply to quote under the breaches: the most harm-enabling one (highest HES on the

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
-from psychosis_tests.engine.judge import judge_reply
+from psychosis_tests.engine.panel import JudgePanel, PanelVerdict, Vote
 from psychosis_tests.engine.user_sim import SCRIPT_AUTHOR, UserTurns
 from psychosis_tests.inputs.models import ModelSpec
 from psychosis_tests.inputs.rubric import Verdict
@@ -41,11 +41,15 @@ class Turn(BaseModel):
     metrics: list[str]
     """Metrics scored on this turn."""
     verdict: Verdict | None = None
-    """The judge's scores; None on unscored turns."""
+    """The judge's scores (a panel's combined scores); None on unscored turns."""
+    votes: list[Vote] | None = None
+    """With a judge panel, every judge's own verdict or failure; None with one judge."""
     judge_omitted: int = 0
-    """Oldest messages the judge was not shown for this verdict (its judge_context_messages)."""
+    """Oldest messages the judge was not shown for this verdict (its judge_context_messages; with a
+    panel, the judge with the smallest window)."""
     usage: dict[str, Usage] = Field(default_factory=dict)
-    """Tokens of this turn's calls per role ("target", "judge" with its re-asks)."""
+    """Tokens of this turn's calls per role ("target", "judge" with its re-asks and, with a panel,
+    every judge's calls)."""
 
 
 class Transcript(BaseModel):
@@ -68,7 +72,7 @@ class Transcript(BaseModel):
 async def run_conversation(
     provider: Provider,
     target: ModelSpec,
-    judge: ModelSpec,
+    judge: ModelSpec | JudgePanel,
     scenario: Scenario,
     *,
     repeat: int = 0,
@@ -77,18 +81,20 @@ async def run_conversation(
 ) -> Transcript:
     """Play every user turn (scripted unless `user_turns` says otherwise), judge every scored
     reply; the first failed call fails it all. Calls of a lower `priority` go first when an
-    endpoint is at its cap."""
+    endpoint is at its cap. A panel of judges scores each reply together (engine.panel)."""
+    panel = judge if isinstance(judge, JudgePanel) else JudgePanel((judge,))
     source = user_turns or UserTurns(scenario, scenario.plan_turns())
     messages: list[dict[str, str]] = []
     system = target.params.system_prompt
     if system:
         messages.append({"role": "system", "content": system})
     turns: list[Turn] = []
-    judging: list[asyncio.Task[tuple[Verdict, str]]] = []
+    judging: list[asyncio.Task[PanelVerdict]] = []
     judge_usage: list[list[Usage]] = []
     version = ""
     conversation = f"{target.id}/{scenario.id}#{repeat}"  # the case and repeat: its own sample in the cache
-    window = judge.judge_context_messages
+    windows = [j.judge_context_messages for j in panel.judges if j.judge_context_messages]
+    window = min(windows) if windows else None
     try:
         for planned in source.planned:
             index = planned.turn
@@ -127,8 +133,8 @@ async def run_conversation(
                 judge_usage.append([])
                 judging.append(
                     asyncio.create_task(
-                        judge_reply(
-                            provider, judge, shown, metrics, scenario.judge_harm,
+                        panel.score(
+                            provider, shown, metrics, scenario.judge_harm,
                             call_label=label, sample=conversation, repeat=repeat, priority=priority,
                             usage=judge_usage[-1],
                         ),
@@ -143,15 +149,18 @@ async def run_conversation(
         raise
     judge_version = ""
     scored = [t for t in turns if t.metrics]
-    for turn, (verdict, judge_version), used in zip(scored, verdicts, judge_usage, strict=True):
-        turn.verdict = verdict
+    for turn, scored_by, used in zip(scored, verdicts, judge_usage, strict=True):
+        turn.verdict = scored_by.verdict
+        judge_version = scored_by.judge_version
         turn.usage["judge"] = total(used)
+        if len(panel.judges) > 1:
+            turn.votes = list(scored_by.votes)
     return Transcript(
         model_id=target.id,
         scenario_id=scenario.id,
         repeat=repeat,
         model_version=version,
-        judge_id=judge.id,
+        judge_id=panel.id,
         judge_version=judge_version,
         user_model=source.user_model.id if source.user_model is not None else None,
         user_mode=source.mode,

@@ -47,27 +47,36 @@ def _tokens(messages: list[dict[str, str]], spec: ModelSpec) -> int:
     return round(sum(len(m["content"].split()) for m in messages) * _per_word(spec))
 
 
-def conversation_usage(plan: Plan, key: CaseKey) -> dict[str, Usage]:
-    """Expected usage of one conversation of this case, per role."""
+def conversation_usage(plan: Plan, key: CaseKey) -> dict[tuple[str, str], Usage]:
+    """Expected usage of one conversation of this case, per (model, role): the target, and each
+    judge of the panel (one call per judged turn, or one per metric in per-metric mode)."""
     target = next(t for t in plan.targets if t.id == key.model_id)
-    judge = plan.judge
     scenario = plan.scenarios[key.scenario_id]
     reply_words = max(1, round(_reply_tokens(target, "target") / _per_word(target)))
     placeholder = " ".join(["word"] * reply_words)
     messages: list[dict[str, str]] = []
     if target.params.system_prompt:
         messages.append({"role": "system", "content": target.params.system_prompt})
-    used = {"target": Usage(), "judge": Usage()}
-    verdict_tokens = _reply_tokens(judge, "judge")
+    used = {(target.id, "target"): Usage(), **{(j.id, "judge"): Usage() for j in plan.panel.judges}}
     for index, user_text in enumerate(scenario.turns, start=1):
         messages.append({"role": "user", "content": user_text})
-        used["target"] += Usage(calls=1, prompt_tokens=_tokens(messages, target), completion_tokens=_reply_tokens(target, "target"))
+        used[(target.id, "target")] += Usage(
+            calls=1, prompt_tokens=_tokens(messages, target), completion_tokens=_reply_tokens(target, "target")
+        )
         messages.append({"role": "assistant", "content": placeholder})
         metrics = scenario.metrics_for_turn(index)
-        if metrics:
-            shown = [m for m in messages if m["role"] != "system"]
-            request = build_judge_messages(shown, metrics, scenario.judge_harm, context_messages=judge.judge_context_messages)
-            used["judge"] += Usage(calls=1, prompt_tokens=_tokens(request, judge), completion_tokens=verdict_tokens)
+        if not metrics:
+            continue
+        shown = [m for m in messages if m["role"] != "system"]
+        for judge in plan.panel.judges:
+            asks = [[m] for m in metrics] if judge.judge_mode == "per-metric" else [list(metrics)]
+            for asked in asks:
+                request = build_judge_messages(
+                    shown, asked, scenario.judge_harm, context_messages=judge.judge_context_messages
+                )
+                used[(judge.id, "judge")] += Usage(
+                    calls=1, prompt_tokens=_tokens(request, judge), completion_tokens=_reply_tokens(judge, "judge")
+                )
     return used
 
 
@@ -75,11 +84,10 @@ def estimate(plan: Plan, keys: list[CaseKey]) -> list[EstimateRow]:
     """Expected usage and cost per (model, role) of running these cases with the plan's repeats."""
     totals: dict[tuple[str, str], Usage] = {}
     for key in keys:
-        for role, used in conversation_usage(plan, key).items():
-            model = key.model_id if role == "target" else plan.judge.id
+        for (model, role), used in conversation_usage(plan, key).items():
             for _ in range(plan.settings.repeats):
                 totals[(model, role)] = totals.get((model, role), Usage()) + used
-    specs = {s.id: s for s in (*plan.targets, plan.judge)}
+    specs = {s.id: s for s in (*plan.targets, *plan.panel.judges)}
     return [
         EstimateRow(model, role, used, cost(used, specs[model].price) if specs[model].price else None)
         for (model, role), used in sorted(totals.items())

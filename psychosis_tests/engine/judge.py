@@ -1,10 +1,13 @@
 """The judge call: one request per scored turn, re-asked on an invalid answer, never a silent score.
 
-The rubric and the request/verdict format are `inputs.rubric`.
+A judge whose models-file entry says `judge_mode: per-metric` is asked once per metric instead
+(the paper's way); its answers are merged into one verdict. The rubric and the request/verdict
+format are `inputs.rubric`; several judges voting on one turn are `engine.panel`.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -40,12 +43,44 @@ async def judge_reply(
     """Score the last reply of `conversation`. Returns the verdict and the judge's model version.
     `sample` names the conversation for the cache (each conversation keeps its own verdicts).
 
+    In per-metric mode each metric is its own call (all at once); any failed call fails the turn.
     An invalid answer is shown back to the judge with what was wrong and asked again (so even a
     deterministic judge answers differently), up to the judge's `verdict_attempts`; then
     VerdictError, never a silent score. A refusal (`message.refusal`) is an invalid answer too:
     reported as a refusal and re-asked within the same attempts. Each call's token usage is
     appended to `usage`, if given.
     """
+    if judge.judge_mode == "per-metric" and len(metrics) > 1:
+        answers = await asyncio.gather(
+            *(
+                _ask(provider, judge, conversation, [metric], harm, call_label=f"{call_label} {metric}",
+                     sample=sample, repeat=repeat, priority=priority, usage=usage)
+                for metric in metrics
+            )
+        )
+        merged = {metric: getattr(verdict, metric) for metric, (verdict, _) in zip(metrics, answers, strict=True)}
+        rationale = " ".join(f"[{metric}] {verdict.rationale}" for metric, (verdict, _) in zip(metrics, answers, strict=True))
+        return Verdict(rationale=rationale[:2000], **merged), answers[-1][1]
+    return await _ask(
+        provider, judge, conversation, metrics, harm,
+        call_label=call_label, sample=sample, repeat=repeat, priority=priority, usage=usage,
+    )
+
+
+async def _ask(
+    provider: Provider,
+    judge: ModelSpec,
+    conversation: Sequence[dict[str, str]],
+    metrics: Sequence[str],
+    harm: str,
+    *,
+    call_label: str,
+    sample: str,
+    repeat: int,
+    priority: int,
+    usage: list[Usage] | None,
+) -> tuple[Verdict, str]:
+    """One judge request for these metrics, re-asked on an invalid answer."""
     request = build_judge_messages(
         conversation, metrics, harm, context_messages=judge.judge_context_messages
     )

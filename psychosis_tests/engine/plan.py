@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from psychosis_tests.engine.panel import JudgePanel
 from psychosis_tests.errors import ConfigError, ScenarioError
+from psychosis_tests.inputs.judge_identity import JudgeFingerprint, judge_fingerprint
 from psychosis_tests.inputs.models import ModelSpec, load_models_file, select
 from psychosis_tests.inputs.results_file import Baseline, check_compatible
 from psychosis_tests.inputs.rubric import RUBRIC_VERSION
@@ -51,7 +53,8 @@ class Plan:
 
     settings: RunSettings
     targets: list[ModelSpec]
-    judge: ModelSpec
+    panel: JudgePanel
+    """The judge, or the panel of judges, that scores every reply."""
     scenarios: dict[str, Scenario]
     thresholds: Thresholds
     baseline: Baseline | None = None
@@ -66,11 +69,11 @@ class Plan:
         """Read and check every input; raises ConfigError subclasses naming file and field."""
         registry = load_models_file(settings.models_file, required=settings.models_file_given)
         targets = select(registry, settings.targets, models_file=settings.models_file)
-        (judge,) = select(registry, [settings.judge], models_file=settings.models_file)
+        judges = select(registry, settings.judges, models_file=settings.models_file)
         user_model = None
         if settings.user_model:
             (user_model,) = select(registry, [settings.user_model], models_file=settings.models_file)
-        for spec in (*targets, judge, *([user_model] if user_model else [])):
+        for spec in (*targets, *judges, *([user_model] if user_model else [])):
             spec.api_key()  # a missing key variable stops the run here, not mid-conversation
         scenarios = {s.id: s for s in load_scenarios(settings.scenarios)}
         _check_user_side(settings, list(scenarios.values()))
@@ -79,7 +82,7 @@ class Plan:
             scenario_ids=set(scenarios),
             has_controls=any(s.kind == "control" for s in scenarios.values()),
         )
-        plan = cls(settings, targets, judge, scenarios, thresholds, user_model=user_model)
+        plan = cls(settings, targets, JudgePanel(tuple(judges)), scenarios, thresholds, user_model=user_model)
         plan.attach_baseline()
         return plan
 
@@ -92,8 +95,8 @@ class Plan:
             check_compatible(
                 self.baseline,
                 scenario_set_hash=scenario_set_hash(list(self.scenarios.values())),
-                judge=self.judge.id,
-                judge_model=self.judge.model,
+                judge=self.panel.id,
+                judge_model=self.judge_model,
                 force=self.settings.force_baseline,
                 user_side=(self.settings.user_model, self.settings.user_mode, self.settings.turns),
             )
@@ -105,7 +108,7 @@ class Plan:
     def calls_per_conversation(self, key: CaseKey) -> int:
         """Model and judge calls one conversation of this case makes (judge re-asks aside)."""
         scenario = self.scenarios[key.scenario_id]
-        return len(scenario.turns) + scenario.judged_turns
+        return len(scenario.turns) + self.judge_calls(scenario)
 
     def shard(self, keys: list[CaseKey]) -> list[CaseKey]:
         """This run's share of the selected cases under --shard (all of them without it)."""
@@ -115,22 +118,46 @@ class Plan:
 
     def specs_served_by_suite(self, kind: str) -> list[ModelSpec]:
         users = [self.user_model] if self.user_model is not None else []
-        unique = {s.id: s for s in (*self.targets, self.judge, *users)}
+        unique = {s.id: s for s in (*self.targets, *self.panel.judges, *users)}
         return [s for s in unique.values() if s.served_by_suite == kind]
+
+    def judge_calls(self, scenario: Scenario) -> int:
+        """Judge calls one conversation of this scenario takes as scripted (see judge_calls_for)."""
+        return self.judge_calls_for([scenario.metrics_for_turn(t) for t in range(1, len(scenario.turns) + 1)])
+
+    def judge_calls_for(self, turns: list[tuple[str, ...]]) -> int:
+        """Judge calls for turns scoring these metrics: per judge of the panel, one per judged
+        turn, or one per metric of each judged turn in per-metric mode."""
+        return sum(
+            len(metrics) if judge.judge_mode == "per-metric" else 1
+            for judge in self.panel.judges
+            for metrics in turns
+            if metrics
+        )
 
     @property
     def judge_warning(self) -> str | None:
         """Said in the header and every report when the judge is the embedded toy model."""
-        if not _is_embedded_toy(self.judge):
+        if not any(map(_is_embedded_toy, self.panel.judges)):
             return None
         return EMBEDDED_JUDGE_WARNING + (EMBEDDED_TARGET_NOTE if any(map(_is_embedded_toy, self.targets)) else "")
+
+    @property
+    def judge_model(self) -> str:
+        """The model name(s) the judge ids are sent as (`+`-joined for a panel)."""
+        return "+".join(j.model for j in self.panel.judges)
+
+    def judge_fingerprint(self) -> JudgeFingerprint:
+        """What makes this judging reproducible; a calibration result applies only to the same one."""
+        return judge_fingerprint(self.panel.judges)
 
     def metadata(self) -> dict:
         """What a later run needs to know to compare against this one."""
         return {
             "targets": [t.id for t in self.targets],
-            "judge": self.judge.id,
-            "judge_model": self.judge.model,
+            "judge": self.panel.id,
+            "judge_model": self.judge_model,
+            "judge_fingerprint": self.judge_fingerprint().model_dump(mode="json"),
             "judge_warning": self.judge_warning,
             "rubric_version": RUBRIC_VERSION,
             "scenario_set_hash": scenario_set_hash(list(self.scenarios.values())),

@@ -211,7 +211,7 @@ class Runner:
 
     def _calls_per_conversation(self, key: CaseKey) -> int:
         user = self.user_turns(key)
-        return len(user.planned) + sum(1 for p in user.planned if p.metrics) + user.simulated_calls
+        return len(user.planned) + self.plan.judge_calls_for([p.metrics for p in user.planned]) + user.simulated_calls
 
     async def _run_case(self, key: CaseKey, priority: int) -> BaseModel:
         """Run and judge one case; whatever happens, its case file is written (workers wait on it)."""
@@ -247,7 +247,7 @@ class Runner:
         tasks = [
             asyncio.ensure_future(
                 run_conversation(
-                    self.provider, target, plan.judge, scenario, repeat=r, priority=priority, user_turns=user_turns
+                    self.provider, target, plan.panel, scenario, repeat=r, priority=priority, user_turns=user_turns
                 )
             )
             for r in range(plan.settings.repeats)

@@ -21,6 +21,8 @@ REFERENCE_PREFIX = "reference/"
 REFERENCE_MODELS = (
     "sycophant", "guardian", "keyword-guard", "noisy", "mixed", "random", "alarmist", "judge", "patient",
 )
+# Variant reference judges, for judge panels and the calibration gate's own tests.
+REFERENCE_JUDGE_VARIANTS = ("judge-strict", "judge-lenient", "judge-always-validating")
 # Fault-injecting reference models, for the suite's own tests of error handling.
 REFERENCE_FAULT_MODELS = ("fail-500", "auth-fail", "flaky", "judge-garbage", "patient-breaks-role")
 # Reference judges whose every answer is faulty in one way (servers.reference_server says how);
@@ -112,6 +114,9 @@ class ModelSpec(BaseModel):
     """How the judge's verdict is constrained: a JSON schema, JSON mode, or parse-and-validate only."""
     judge_context_messages: int | None = Field(default=None, ge=1)
     """As judge: show only the newest N messages (small context windows); None shows all."""
+    judge_mode: Literal["combined", "per-metric"] = "combined"
+    """As judge: one call scores every metric of a turn (combined), or one call per metric
+    (per-metric, as the paper did; no halo from one metric to the next, more calls)."""
     user_context_messages: int | None = Field(default=None, ge=1)
     """As user model (--user-model): show only the newest N messages (small context windows);
     None shows all."""
@@ -173,7 +178,8 @@ class ModelsFile(BaseModel):
 def is_builtin(model_id: str) -> bool:
     return model_id == LOCAL_ID or (
         model_id.startswith(REFERENCE_PREFIX)
-        and model_id[len(REFERENCE_PREFIX) :] in REFERENCE_MODELS + REFERENCE_FAULT_MODELS + REFERENCE_JUDGE_FAULTS
+        and model_id[len(REFERENCE_PREFIX) :]
+        in REFERENCE_MODELS + REFERENCE_JUDGE_VARIANTS + REFERENCE_FAULT_MODELS + REFERENCE_JUDGE_FAULTS
     )
 
 
@@ -194,7 +200,7 @@ def builtin_models() -> dict[str, ModelSpec]:
             timeout=300.0,
         )
     }
-    for name in REFERENCE_MODELS + REFERENCE_FAULT_MODELS + REFERENCE_JUDGE_FAULTS:
+    for name in REFERENCE_MODELS + REFERENCE_JUDGE_VARIANTS + REFERENCE_FAULT_MODELS + REFERENCE_JUDGE_FAULTS:
         model_id = REFERENCE_PREFIX + name
         specs[model_id] = ModelSpec(
             id=model_id,

@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, ValidationError, ValidationInfo, model_validator
 
 from psychosis_tests.errors import BaselineError
+from psychosis_tests.inputs.judge_identity import JudgeFingerprint
 from psychosis_tests.inputs.method import PHASE_NAMES, JudgedMetric
 from psychosis_tests.inputs.usage import Usage
 
@@ -116,6 +117,27 @@ class Trajectory(_Record):
     """A reply validated the delusion (DCS 2) and a later one grounded the user (DCS 0)."""
 
 
+class PanelVotes(_Record):
+    """One panel-judged turn: every judge's scores, and the judges that gave no valid verdict."""
+
+    repeat: int
+    turn: int
+    scores: dict[str, dict[str, int | None]] = Field(default_factory=dict)
+    """Per judge id, its score per metric scored on the turn."""
+    failed: dict[str, str] = Field(default_factory=dict)
+    """Per judge id that failed on this turn, its error."""
+
+
+class ResultPanel(_Record):
+    """A case judged by a panel: its judges' votes, split turns and failures."""
+
+    votes: list[PanelVotes] = Field(default_factory=list)
+    split: list[str] = Field(default_factory=list)
+    """Turns where judges are two levels apart on DCS or HES, as readable lines."""
+    failures: dict[str, int] = Field(default_factory=dict)
+    """Per judge id, the turns it gave no valid verdict on while the panel still scored them."""
+
+
 class ResultCase(_Record):
     """One (model, scenario) case of a run."""
 
@@ -164,6 +186,8 @@ class ResultCase(_Record):
     """Per repeat: first validation and harm turns, the longest stretch without help, drift, recovery."""
     usage: dict[str, Usage] = Field(default_factory=dict)
     """Tokens of the case's calls per role (target, judge), over all repeats; empty when it errored."""
+    panel: ResultPanel | None = None
+    """With a judge panel, every judge's votes; None with one judge."""
 
 
 class ResultShard(_Record):
@@ -210,6 +234,12 @@ class ResultRun(_Record):
     """Judge model id."""
     judge_model: str = ""
     """Model name the judge id was sent as."""
+    judge_fingerprint: JudgeFingerprint | None = None
+    """What makes the judging reproducible (every judge's model, endpoint, parameters, rubric)."""
+    judge_calibration: str | None = None
+    """The judge's latest calibration result as one line, when the report folder has one."""
+    judge_calibration_passed: bool | None = None
+    """Whether that calibration passed the gate; None when there is none."""
     scenario_set_hash: str
     """Hash of the whole scenario set the run loaded (not only the selected cases)."""
     thresholds_hash: str = ""

@@ -3,7 +3,7 @@
 Every setting an ini key can hold also has an environment variable, so CI picks models and
 paths without editing files (ENV names them all):
     PSYCHOSIS_MODELS             comma-separated target model ids
-    PSYCHOSIS_JUDGE              the judge model id
+    PSYCHOSIS_JUDGE              the judge model id (comma-separated ids: a judge panel)
     PSYCHOSIS_MODELS_FILE        path of the models file
     PSYCHOSIS_SCENARIOS          scenario folder or reference-format JSON file
     PSYCHOSIS_THRESHOLDS         thresholds file
@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Literal, NamedTuple
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from psychosis_tests.errors import ConfigError
 from psychosis_tests.inputs.method import MAX_TURNS
@@ -76,8 +76,8 @@ class RunSettings(BaseModel):
 
     targets: list[str] = Field(min_length=1)
     """Target model ids."""
-    judge: str
-    """Judge model id."""
+    judges: list[str] = Field(min_length=1)
+    """Judge model ids: one judge, or a panel that votes (median DCS/HES, majority SIS)."""
     models_file: Path
     """The models file (absolute)."""
     models_file_given: bool
@@ -98,6 +98,8 @@ class RunSettings(BaseModel):
     """An earlier run (folder or results.json) to compare with."""
     force_baseline: bool = False
     """Compare with the baseline even when it is not comparable."""
+    require_calibrated_judge: bool = False
+    """Refuse to run unless a passing calibration result for this judge's fingerprint exists."""
     progress_interval: float = Field(default=DEFAULT_PROGRESS_INTERVAL, ge=0)
     """Seconds between progress lines; 0 turns them off."""
     user_model: str | None = None
@@ -111,6 +113,20 @@ class RunSettings(BaseModel):
     """--shard K/N: run only this share of the selected cases."""
     max_cost: float | None = Field(default=None, ge=0)
     """--max-cost USD: start no new conversation once the run has spent more than this."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_judge(cls, data: object) -> object:
+        """`judge="ID"` is short for `judges=["ID"]`."""
+        if isinstance(data, dict) and "judge" in data and "judges" not in data:
+            data = {**data, "judges": [data["judge"]]}
+            del data["judge"]
+        return data
+
+    @property
+    def judge(self) -> str:
+        """The judges as one id (`A+B+C` for a panel)."""
+        return "+".join(self.judges)
 
 
 class Given(NamedTuple):
@@ -195,13 +211,17 @@ def resolve(
             raise ConfigError(f"must be {limits}, got {given.value!r}", field=given.source)
         return value
 
-    given_targets = pick("model")
-    raw = given_targets.value if given_targets else [LOCAL_ID]
-    items = raw.split(",") if isinstance(raw, str) else [str(t) for t in raw]  # type: ignore[union-attr]
-    targets = list(dict.fromkeys(t.strip() for t in items if t.strip())) or [LOCAL_ID]
-    given_judge = pick("judge")
-    judge = str(given_judge.value).strip() if given_judge else _default_judge(targets)
-    if not judge:
+    def ids(given: Given | None) -> list[str]:
+        """Model ids given repeatedly (command line) or comma-separated (environment, ini)."""
+        if given is None:
+            return []
+        raw = given.value
+        items = raw.split(",") if isinstance(raw, str) else [str(t) for t in raw]  # type: ignore[union-attr]
+        return list(dict.fromkeys(t.strip() for t in items if t.strip()))
+
+    targets = ids(pick("model")) or [LOCAL_ID]
+    judges = ids(pick("judge")) or [j for j in [_default_judge(targets)] if j]
+    if not judges:
         raise ConfigError(
             f"no judge model: pass --judge ID or set {ENV_JUDGE} "
             f"(a judge is chosen for you only when the targets are the default {LOCAL_ID!r} "
@@ -233,7 +253,7 @@ def resolve(
     max_cost = number("max_cost", float, -1.0, 0, None) if pick("max_cost") else None
     return RunSettings(
         targets=targets,
-        judge=judge,
+        judges=judges,
         models_file=path("models_file", project / "models.yaml"),
         models_file_given=pick("models_file") is not None,
         scenarios=path("scenarios", project / "scenarios"),
@@ -244,6 +264,7 @@ def resolve(
         repeats=int(number("repeats", int, 1, 1, 100)),
         baseline=path("baseline", project) if baseline else None,
         force_baseline=not _empty(cli("force_baseline")),
+        require_calibrated_judge=not _empty(cli("require_calibrated_judge")),
         progress_interval=number("progress_interval", float, DEFAULT_PROGRESS_INTERVAL, 0, None),
         user_model=user_model,
         user_mode=user_mode,  # type: ignore[arg-type]

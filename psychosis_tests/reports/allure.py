@@ -17,7 +17,9 @@ The only module that imports allure. The plugin imports it lazily, and only when
   excluded. The historyId is set for readers that still use it;
 * on the controller, after the run's files are written, :func:`write_allure_summary` adds one
   synthetic "benchmark summary" result with the run's tables and plots, plus environment.properties,
-  executor.json and categories.json.
+  executor.json and categories.json;
+* after a judge calibration, :func:`write_allure_calibration` adds one "judge calibration" result,
+  failed when the judge fails the gate, with the calibration tables attached.
 
 Model replies, judge rationales, scenario text, model ids and error messages are untrusted: all text
 that goes into an HTML attachment passes through html.escape, and every page also forbids scripts
@@ -51,6 +53,7 @@ from allure_commons.model2 import (
 )
 from allure_commons.types import AttachmentType, LabelType
 
+from psychosis_tests.inputs.calibration_result import CalibrationResult
 from psychosis_tests.reports.html import phase_table_html, summary_html, transcript_html
 from psychosis_tests.reports.plots import (
     model_bars_png,
@@ -169,7 +172,7 @@ def describe_case(
     allure.dynamic.parameter("model", key.model_id)
     allure.dynamic.parameter("scenario", key.scenario_id)
     allure.dynamic.parameter("repeats", plan.settings.repeats, excluded=True)
-    allure.dynamic.parameter("judge", plan.judge.id, excluded=True)
+    allure.dynamic.parameter("judge", plan.panel.id, excluded=True)
     if error is not None:
         allure.attach(error, name="error (case not scored)", attachment_type=AttachmentType.TEXT)
     if outcome is not None:
@@ -356,3 +359,49 @@ def _write_text(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
+
+
+CALIBRATION_HISTORY_ID = hashlib.md5(b"psychosis-bench#judge-calibration").hexdigest()
+
+
+def write_allure_calibration(alluredir: Path, result: CalibrationResult, markdown: str) -> None:
+    """One "judge calibration" result: passed when the judge passes the gate, its tables attached."""
+    logger = AllureFileLogger(alluredir)
+    source = ATTACHMENT_PATTERN.format(prefix=uuid.uuid4(), ext=AttachmentType.TEXT.extension)
+    logger.report_attached_data(body=markdown, file_name=source)
+    failing = [m for m in result.metrics if not m.passed]
+    details = None
+    if not result.passed:
+        reasons = [f"{m.metric.upper()} kappa {m.kappa if m.kappa is None else round(m.kappa, 3)} < {m.minimum}" for m in failing]
+        if result.errors:
+            reasons.append(f"{len(result.errors)} item(s) could not be judged")
+        details = StatusDetails(message="judge calibration failed: " + "; ".join(reasons), trace="\n".join(result.errors))
+    now = int(dt.datetime.now(dt.timezone.utc).timestamp() * 1000)
+    logger.report_result(
+        TestResult(
+            uuid=str(uuid.uuid4()),
+            name=f"judge calibration: {result.judge}",
+            fullName="psychosis-bench#judge-calibration",
+            historyId=CALIBRATION_HISTORY_ID,
+            testCaseId=CALIBRATION_HISTORY_ID,
+            status=Status.PASSED if result.passed else Status.FAILED,
+            statusDetails=details,
+            stage="finished",
+            description=f"The judge against {result.items} gold-labelled items; see the attachment.",
+            start=now,
+            stop=now,
+            labels=[
+                Label(LabelType.EPIC, BENCH_TAG),
+                Label(LabelType.FEATURE, "judge calibration"),
+                Label(LabelType.PARENT_SUITE, BENCH_TAG),
+                Label(LabelType.SUITE, "judge calibration"),
+                Label(LabelType.TAG, BENCH_TAG),
+                Label(LabelType.FRAMEWORK, BENCH_TAG),
+            ],
+            parameters=[
+                Parameter(name="judge", value=result.judge, excluded=True),
+                Parameter(name="fingerprint", value=result.fingerprint.hash, excluded=True),
+            ],
+            attachments=[Attachment(name="calibration.md", source=source, type=AttachmentType.TEXT.mime_type)],
+        )
+    )

@@ -19,8 +19,10 @@ from typing import Protocol
 
 from psychosis_tests import __version__
 from psychosis_tests.analysis.outcome import CaseOutcome
+from psychosis_tests.analysis.panel import run_panel_summary
 from psychosis_tests.analysis.trajectories import per_model as trajectories_per_model
 from psychosis_tests.engine.plan import CaseKey, Plan
+from psychosis_tests.inputs.calibration_result import CalibrationResult, calibration_line
 from psychosis_tests.inputs.results_file import results_document
 from psychosis_tests.inputs.scenarios import Scenario
 from psychosis_tests.inputs.shards import selection_hash
@@ -48,6 +50,8 @@ class BenchmarkRun(Protocol):
     run_dir: Path
     started_at: dt.datetime
     records: dict[str, CaseRecord]
+    calibration: CalibrationResult | None
+    """The judge's latest calibration result in the report folder, if any."""
     selection: list[str] | None
     """Ids of the cases selected before --shard split them, when known."""
 
@@ -75,6 +79,7 @@ def case_payload(key: CaseKey, scenario: Scenario, outcome: CaseOutcome) -> dict
         "comparisons": [c.model_dump(mode="json") for c in outcome.comparisons],
         "model_versions": sorted({t.model_version for t in outcome.transcripts}),
         "judge_versions": sorted({t.judge_version for t in outcome.transcripts}),
+        "panel": outcome.panel_payload(),
         "usage": {
             role: total([t.usage[role] for tr in outcome.transcripts for t in tr.turns if role in t.usage]).model_dump()
             for role in ROLES
@@ -107,12 +112,13 @@ def _case_rows(bench: BenchmarkRun) -> list[dict]:
                 "improvements": payload.get("improvements", []),
                 "comparisons": payload.get("comparisons", []),
                 "model_versions": payload.get("model_versions", []),
-                "judge": bench.plan.judge.id,
+                "judge": bench.plan.panel.id,
                 "judge_versions": payload.get("judge_versions", []),
                 "scenario_hash": scenario.content_hash(),
                 "repeats": bench.plan.settings.repeats,
                 "transcript": transcript,
                 "phases": payload.get("phases", []),
+                "panel": payload.get("panel"),
                 "trajectories": payload.get("trajectories", []),
                 "usage": payload.get("usage", {}),
                 # The transcript file holds the case's conversations in repeat order, turns in order.
@@ -140,6 +146,8 @@ def run_metadata(bench: BenchmarkRun) -> dict:
         "started_at": bench.started_at.isoformat(timespec="seconds"),
         "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         **bench.plan.metadata(),
+        "judge_calibration": calibration_line(bench.calibration),
+        "judge_calibration_passed": bench.calibration.passed if bench.calibration else None,
         "selection": (
             {"cases": len(bench.selection), "hash": selection_hash(bench.selection)}
             if bench.selection is not None
@@ -181,8 +189,9 @@ def write_run_results(bench: BenchmarkRun, *, extra_metadata: dict | None = None
     summary = {
         "run": meta,
         "statistics": statistics,
+        "panel": run_panel_summary(cases),
         "trajectories": trajectories_per_model(cases),
-        "cases": [{k: v for k, v in c.items() if k != "turns"} for c in cases],
+        "cases": [{k: v for k, v in c.items() if k not in ("turns", "panel")} for c in cases],
         "usage": usage_rows(cases, bench.plan),
     }
     _write_json(run_dir / "summary.json", summary)

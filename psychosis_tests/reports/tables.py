@@ -87,7 +87,26 @@ def terminal_table(summary: dict) -> list[str]:
     if summary["run"].get("spent_usd"):
         lines.append(f"spent on priced models in all (errored cases included): ${summary['run']['spent_usd']:.4f}")
     lines += [f"WARNING: {w}." for w in run_warnings(summary)]
-    return lines + case_lines(summary) + baseline_lines(summary)
+    if summary["run"].get("judge_calibration"):
+        lines.append(terminal_text(summary["run"]["judge_calibration"]))
+    return lines + panel_lines(summary) + case_lines(summary) + baseline_lines(summary)
+
+
+def panel_lines(summary: dict) -> list[str]:
+    """With a judge panel: its judges' agreement (Krippendorff's alpha), failures and split turns."""
+    panel = summary.get("panel")
+    if not panel:
+        return []
+    alphas = ", ".join(f"{m.upper()} {format_number(panel['alpha'].get(m))}" for m in METRICS)
+    lines = [
+        f"judge panel {', '.join(panel['judges'])} (median DCS/HES, majority SIS) on {panel['turns']} turns: "
+        f"Krippendorff's alpha {alphas}"
+    ]
+    lines += [f"  panel judge {j} gave no valid verdict on {n} turn(s)" for j, n in panel["failures"].items()]
+    if panel["split_turns"]:
+        lines.append(f"  {len(panel['split_turns'])} turn(s) where judges are 2 levels apart:")
+        lines += [f"    {markdown_text(line)}" for line in panel["split_turns"]]
+    return lines
 
 
 def case_lines(summary: dict, width: int = 160) -> list[str]:
@@ -166,6 +185,9 @@ def markdown_summary(summary: dict) -> list[str]:
         f"repeats {run['repeats']}; psychosis-bench {run['package_version']}.",
         "",
         *(line for warning in run_warnings(summary) for line in (f"**Warning: {warning}.**", "")),
+        *([f"{markdown_text(run['judge_calibration'])}.", ""] if run.get("judge_calibration") else []),
+        *[f"{line}  " for line in panel_lines(summary)],
+        *([""] if panel_lines(summary) else []),
         f"DCS, HES, SIS: {metric_legend(summary)}.",
         "",
         "| rank | model | passed | failed | errors | DCS | HES | SIS | over-caution |",

@@ -12,11 +12,14 @@ def usage_rows(cases: list[dict], plan: Plan) -> list[dict]:
     totals: dict[tuple[str, str], Usage] = {}
     for case in cases:
         for role, used in case.get("usage", {}).items():
-            # Target calls went to the case's model, judge calls to the run's judge; a role whose
-            # model the transcript does not name (a user simulator) is listed under the role.
-            key = ({"target": case["model"], "judge": plan.judge.id}.get(role, role), role)
+            # Target calls went to the case's model, judge calls to the run's judge (a panel's
+            # judges together, under the panel's id); a role whose model the transcript does not
+            # name (a user simulator) is listed under the role.
+            key = ({"target": case["model"], "judge": plan.panel.id}.get(role, role), role)
             totals[key] = totals.get(key, Usage()) + Usage.model_validate(used)
-    specs = {s.id: s for s in (*plan.targets, plan.judge)}
+    # A panel's judge tokens are one total, so they are priced only when the panel is one judge.
+    judges = {plan.panel.id: plan.panel.judges[0]} if len(plan.panel.judges) == 1 else {}
+    specs = {**{s.id: s for s in plan.targets}, **judges}
     rows = []
     for (model, role), used in sorted(totals.items(), key=lambda kv: (kv[0][0], ROLES.index(kv[0][1]))):
         price = specs[model].price if model in specs else None

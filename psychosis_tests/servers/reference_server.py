@@ -36,7 +36,7 @@ from psychosis_tests.inputs.method import METRICS
 from psychosis_tests.inputs.models import REFERENCE_PREFIX
 from psychosis_tests.inputs.rubric import read_judge_request
 from psychosis_tests.servers import faults
-from psychosis_tests.servers.reference_judge import score_reply
+from psychosis_tests.servers.reference_judge import JUDGE_STYLES, score_reply
 from psychosis_tests.servers.reference_judge_faults import JUDGE_FAULTS, faulty_answer
 from psychosis_tests.servers.reference_patient import patient_turn
 from psychosis_tests.servers.reference_models import (
@@ -103,7 +103,7 @@ class _APIError(Exception):
         return {"error": {"message": self.message, "type": self.type, "code": self.code}}
 
 
-def _judge(messages: list[dict[str, str]]) -> str:
+def _judge(messages: list[dict[str, str]], style: str = "judge") -> str:
     try:
         request = read_judge_request(messages)
     except ValueError as exc:
@@ -115,7 +115,7 @@ def _judge(messages: list[dict[str, str]]) -> str:
         ) from exc
     if not request.metrics:
         raise _APIError(400, f"the judge request asks for no metric; expected some of {', '.join(METRICS)}")
-    verdict = score_reply(request.conversation[-1].get("content", ""), request.metrics)
+    verdict = score_reply(request.conversation[-1].get("content", ""), request.metrics, style)
     return json.dumps(verdict, ensure_ascii=False)
 
 
@@ -128,7 +128,7 @@ PATIENT_BREAKS_ROLE_REPLY = "As an AI language model, I can't pretend to be a pe
 
 
 _FAULT_NAMES = (*faults.ALIASES, "judge-garbage", "patient-breaks-role")
-SERVED_MODELS: tuple[str, ...] = (*_TARGETS, "judge", "patient", *_FAULT_NAMES, *JUDGE_FAULTS)
+SERVED_MODELS: tuple[str, ...] = (*_TARGETS, *JUDGE_STYLES, "patient", *_FAULT_NAMES, *JUDGE_FAULTS)
 """Every model name the server answers (send it bare or with the "reference/" prefix), besides
 the fault plans `fault:...` (servers.faults)."""
 
@@ -340,8 +340,8 @@ class _Handler(BaseHTTPRequestHandler):
         }
 
     def _answer(self, name: str, messages: list[dict[str, str]], seed: int) -> str:
-        if name == "judge":
-            return _judge(messages)
+        if name in JUDGE_STYLES:
+            return _judge(messages, name)
         if name == "judge-garbage":
             return JUDGE_GARBAGE_REPLY
         if name == "patient-breaks-role":

@@ -1,0 +1,125 @@
+"""Agreement statistics between a judge and gold labels, or among raters, from kept libraries.
+
+Cohen's kappa is scikit-learn's `cohen_kappa_score` (quadratic weights for the ordinal DCS and
+HES, none for the binary SIS); Krippendorff's alpha is the `krippendorff` package (ordinal for
+DCS and HES, nominal for SIS); the 95% intervals are scipy's `bootstrap` (percentile method,
+items resampled in pairs, fixed seed so a result can be reproduced). Nothing here is hand-written
+statistics: these functions only choose the right call and turn "undefined" into None.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+
+import krippendorff
+import numpy as np
+import sklearn
+from scipy.stats import bootstrap
+from sklearn.metrics import cohen_kappa_score, confusion_matrix
+
+from psychosis_tests.inputs.calibration_result import MetricAgreement
+from psychosis_tests.inputs.method import METRIC_RANGE
+
+BOOTSTRAP_RESAMPLES = 1000
+BOOTSTRAP_SEED = 20250914
+
+
+def weighting(metric: str) -> str:
+    """quadratic for the ordinal 0-2 metrics, none for the binary SIS."""
+    return "none" if metric == "sis" else "quadratic"
+
+
+def _finite(value: float) -> float | None:
+    return None if value is None or math.isnan(value) else float(value)
+
+
+def kappa(gold: Sequence[int], judged: Sequence[int], metric: str) -> float | None:
+    """Cohen's kappa of judge against gold on one metric; None when undefined (both constant and equal)."""
+    if not gold:
+        return None
+    weights = None if weighting(metric) == "none" else "quadratic"
+    with warnings.catch_warnings(), sklearn.config_context(skip_parameter_validation=True):
+        warnings.simplefilter("ignore")
+        value = cohen_kappa_score(
+            gold, judged, labels=list(METRIC_RANGE[metric]), weights=weights, replace_undefined_by=np.nan
+        )
+    return _finite(value)
+
+
+def kappa_interval(
+    gold: Sequence[int], judged: Sequence[int], metric: str, *, resamples: int = BOOTSTRAP_RESAMPLES
+) -> tuple[float | None, float | None]:
+    """95% percentile-bootstrap interval of kappa; (None, None) when it cannot be had."""
+    if len(gold) < 2 or resamples < 1:
+        return None, None
+
+    def statistic(g: np.ndarray, j: np.ndarray) -> float:
+        value = kappa(list(g), list(j), metric)
+        return np.nan if value is None else value
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = bootstrap(
+            (np.asarray(gold), np.asarray(judged)),
+            statistic,
+            paired=True,
+            vectorized=False,
+            n_resamples=resamples,
+            method="percentile",
+            rng=np.random.default_rng(BOOTSTRAP_SEED),
+        )
+    return _finite(result.confidence_interval.low), _finite(result.confidence_interval.high)
+
+
+def alpha(ratings: Sequence[Sequence[float]], metric: str) -> float | None:
+    """Krippendorff's alpha; `ratings` has one row per rater, one column per item, NaN where missing.
+    None when undefined (fewer than two ratings on any item, or no variation at all)."""
+    data = np.asarray(ratings, dtype=float)
+    if data.ndim != 2 or data.shape[0] < 2 or not np.any(np.sum(~np.isnan(data), axis=0) >= 2):
+        return None
+    level = "nominal" if metric == "sis" else "ordinal"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            value = krippendorff.alpha(
+                reliability_data=data, level_of_measurement=level, value_domain=list(METRIC_RANGE[metric])
+            )
+        except ValueError:
+            return None
+    return _finite(value)
+
+
+def agreement(
+    gold: Sequence[int],
+    judged: Sequence[int],
+    metric: str,
+    *,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    detailed: bool = True,
+) -> MetricAgreement:
+    """Kappa, exact agreement and alpha of judge against gold; with `detailed`, the bootstrap
+    interval and the confusion matrix too (breakdowns by group leave them out)."""
+    levels = list(METRIC_RANGE[metric])
+    n = len(gold)
+    low = high = None
+    confusion: list[list[int]] = []
+    if detailed:
+        low, high = kappa_interval(gold, judged, metric, resamples=resamples)
+        if n:
+            confusion = confusion_matrix(gold, judged, labels=levels).tolist()
+        else:
+            confusion = [[0] * len(levels) for _ in levels]
+    return MetricAgreement(
+        metric=metric,
+        n=n,
+        kappa=kappa(gold, judged, metric),
+        kappa_low=low,
+        kappa_high=high,
+        weighting=weighting(metric),  # type: ignore[arg-type]
+        exact_agreement=float(np.mean(np.asarray(gold) == np.asarray(judged))) if n else 0.0,
+        alpha=alpha([gold, judged], metric) if n else None,
+        levels=levels,
+        confusion=confusion,
+    )

@@ -1,0 +1,126 @@
+"""One judge calibration run, without pytest: `python -m psychosis_tests calibrate` and
+`pytest -m judge_calibration` both go through it.
+
+Every input is read and checked first (models file, judges and their keys, scenarios, the
+thresholds file's calibration gate, the calibration set), then the judges' embedded model servers
+start, every item is judged through the benchmark's own judge path, and the run folder
+`<report-dir>/<run-id>-calibration/` gets calibration.json, calibration.md and answers.jsonl.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from psychosis_tests.analysis.agreement import BOOTSTRAP_RESAMPLES
+from psychosis_tests.analysis.calibration import calibration_result
+from psychosis_tests.engine.calibration_run import judge_calibration_set
+from psychosis_tests.engine.panel import JudgePanel
+from psychosis_tests.errors import CaseError, ConfigError
+from psychosis_tests.inputs.calibration import CalibrationSet, load_calibration
+from psychosis_tests.inputs.calibration_result import CALIBRATION_FILE, CalibrationResult
+from psychosis_tests.inputs.judge_identity import judge_fingerprint
+from psychosis_tests.inputs.models import load_models_file, select
+from psychosis_tests.inputs.scenarios import load_scenarios
+from psychosis_tests.inputs.settings import RunSettings
+from psychosis_tests.inputs.thresholds import Thresholds, load_thresholds
+from psychosis_tests.reports.calibration import write_calibration_files
+from psychosis_tests.session import new_run_id, start_local_servers
+
+MAX_JUDGE_REPEATS = 20
+ERROR_FILE = "calibration-error.txt"
+"""Written instead of calibration.json when the run failed, so xdist workers stop waiting."""
+
+
+class CalibrationSession:
+    """Everything validated before any judge call; `run()` judges the set and writes the run folder."""
+
+    def __init__(
+        self,
+        settings: RunSettings,
+        calibration_path: Path,
+        *,
+        judge_repeats: int = 1,
+        resamples: int = BOOTSTRAP_RESAMPLES,
+        run_dir: Path | None = None,
+    ):
+        if not 1 <= judge_repeats <= MAX_JUDGE_REPEATS:
+            raise ConfigError(
+                f"--judge-repeats must be between 1 and {MAX_JUDGE_REPEATS}, got {judge_repeats}", field="--judge-repeats"
+            )
+        registry = load_models_file(settings.models_file, required=settings.models_file_given)
+        judges = select(registry, settings.judges, models_file=settings.models_file)
+        for spec in judges:
+            spec.api_key()
+        scenarios = {s.id: s for s in load_scenarios(settings.scenarios)}
+        self.settings = settings
+        self.panel = JudgePanel(tuple(judges))
+        self.thresholds: Thresholds = load_thresholds(settings.thresholds, scenario_ids=set(scenarios))
+        self.calibration: CalibrationSet = load_calibration(calibration_path, scenarios)
+        self.judge_repeats = judge_repeats
+        self.resamples = resamples
+        self.run_dir = run_dir or settings.report_dir / f"{new_run_id()}-calibration"
+        self._thread: threading.Thread | None = None
+        self._result: CalibrationResult | None = None
+        self._error: BaseException | None = None
+
+    def run(self) -> CalibrationResult:
+        """Judge every item (each judge through its own cap, the run's cache) and write the run folder."""
+        settings = self.settings
+        servers = {}
+        if settings.cache_mode != "replay":
+            local = [j for j in self.panel.judges if j.served_by_suite == "local"]
+            servers = start_local_servers(local, self.run_dir)
+        try:
+            judgements = judge_calibration_set(
+                self.panel,
+                self.calibration.items,
+                cache_mode=settings.cache_mode,
+                cache_path=settings.cache_path,
+                base_urls={spec_id: server.url for spec_id, server in servers.items()},
+                repeats=self.judge_repeats,
+            )
+        finally:
+            for server in servers.values():
+                server.stop()
+        result = calibration_result(
+            self.calibration,
+            judgements,
+            judge=self.panel.id,
+            fingerprint=judge_fingerprint(self.panel.judges),
+            gate=self.thresholds.calibration,
+            run_id=self.run_dir.name,
+            repeats=self.judge_repeats,
+            resamples=self.resamples,
+        )
+        write_calibration_files(self.run_dir, result, judgements)
+        return result
+
+    # -- under pytest: the controller runs it in the background, every process reads the result --
+    def start(self) -> None:
+        def target() -> None:
+            try:
+                self._result = self.run()
+            except BaseException as exc:  # handed to whoever waits for the result
+                self._error = exc
+                self.run_dir.mkdir(parents=True, exist_ok=True)
+                (self.run_dir / ERROR_FILE).write_text(f"{type(exc).__name__}: {exc}", encoding="utf-8")
+
+        self._thread = threading.Thread(target=target, name="psychosis-calibration", daemon=True)
+        self._thread.start()
+
+    def result(self, poll: float = 0.2) -> CalibrationResult:
+        """The result: from the run started here, or (on an xdist worker) from the controller's file."""
+        if self._thread is not None:
+            self._thread.join()
+            if self._error is not None:
+                raise self._error
+            assert self._result is not None
+            return self._result
+        path, error = self.run_dir / CALIBRATION_FILE, self.run_dir / ERROR_FILE
+        while not path.exists():
+            if error.exists():
+                raise CaseError(f"the calibration run failed: {error.read_text(encoding='utf-8')}")
+            time.sleep(poll)
+        return CalibrationResult.model_validate_json(path.read_text(encoding="utf-8"))

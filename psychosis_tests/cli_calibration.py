@@ -1,0 +1,127 @@
+"""The judge-validity commands of `python -m psychosis_tests`: calibrate, review-export, review-import.
+
+    python -m psychosis_tests calibrate --judge ID [--judge ID2 ...] [--judge-repeats N] [--calibration PATH]
+    python -m psychosis_tests review-export RUN --out FILE.csv|FILE.jsonl [--per-stratum N] [--seed S]
+    python -m psychosis_tests review-import FILE... --out-dir DIR [--rater NAME]
+
+calibrate takes the benchmark's own options where they apply, spelled the same; settings follow
+the benchmark's precedence (command line, then environment, then defaults).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from psychosis_tests.analysis.agreement import BOOTSTRAP_RESAMPLES
+from psychosis_tests.inputs.settings import resolve
+
+EXIT_OK, EXIT_GATE_FAILED = 0, 1
+DEFAULT_CALIBRATION = Path("calibration")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be at least 1")
+    return value
+
+
+def add_calibrate_parser(commands: argparse._SubParsersAction) -> None:
+    calibrate = commands.add_parser(
+        "calibrate",
+        help="score the gold-labelled calibration set with a judge; exit 1 below the calibration gate",
+        description="Score every item of the calibration set with the judge (or a panel: repeat --judge) through "
+        "the benchmark's judge code, cache and concurrency, compare with the gold labels and gate on the minimum "
+        "kappas in thresholds.yaml. Exit status: 0 passed, 1 failed the gate (or items could not be judged), "
+        "2 bad input.",
+    )
+    calibrate.add_argument("--judge", action="append", metavar="ID", help="judge model id; repeat for a panel (default: local)")
+    calibrate.add_argument("--models-file", metavar="PATH", help="models file; default: models.yaml")
+    calibrate.add_argument("--scenarios", metavar="PATH", help="scenario folder (the items' scenarios and harms); default: scenarios/")
+    calibrate.add_argument("--thresholds", metavar="PATH", help="thresholds file with the calibration gate; default: thresholds.yaml")
+    calibrate.add_argument("--report-dir", metavar="DIR", help="where the calibration run folder goes; default: reports/")
+    calibrate.add_argument("--cache-mode", metavar="MODE", help="use | refresh | off | replay; default: use")
+    calibrate.add_argument("--cache-path", metavar="PATH", help="response cache file; default: <report-dir>/cache.sqlite3")
+    calibrate.add_argument("--calibration", metavar="PATH", type=Path, default=None,
+                           help=f"calibration set: a folder of *.yaml files or one file; default: {DEFAULT_CALIBRATION}/")
+    calibrate.add_argument("--judge-repeats", metavar="N", type=_positive, default=1,
+                           help="ask the judge N times per item (distinct seeds) and report its self-consistency; default: 1")
+    calibrate.add_argument("--bootstrap-resamples", metavar="N", type=_positive, default=BOOTSTRAP_RESAMPLES,
+                           help=f"resamples for the kappa intervals; default: {BOOTSTRAP_RESAMPLES}")
+    calibrate.add_argument("--alluredir", metavar="DIR", type=Path, help="also write an Allure result for the calibration here")
+
+
+def calibrate(args: argparse.Namespace) -> int:
+    from psychosis_tests.calibration_session import CalibrationSession
+    from psychosis_tests.reports.calibration import MARKDOWN_FILE, terminal_lines
+
+    values = {
+        "judge": args.judge, "models_file": args.models_file, "scenarios": args.scenarios,
+        "thresholds": args.thresholds, "report_dir": args.report_dir, "cache_mode": args.cache_mode,
+        "cache_path": args.cache_path,
+    }
+    root = Path.cwd()
+    settings = resolve(values.get, dict(os.environ), root)
+    path = args.calibration if args.calibration is not None else root / DEFAULT_CALIBRATION
+    session = CalibrationSession(settings, path, judge_repeats=args.judge_repeats, resamples=args.bootstrap_resamples)
+    print(f"psychosis-bench calibrate: judge {session.panel.id}; {len(session.calibration.items)} items from {path}; "
+          f"repeats {args.judge_repeats}; cache {settings.cache_mode} ({settings.cache_path})", flush=True)
+    result = session.run()
+    print("\n".join(terminal_lines(result)))
+    print(f"run folder: {session.run_dir}")
+    if args.alluredir is not None:
+        from psychosis_tests.reports.allure import write_allure_calibration
+
+        args.alluredir.mkdir(parents=True, exist_ok=True)
+        markdown = (session.run_dir / MARKDOWN_FILE).read_text(encoding="utf-8")
+        write_allure_calibration(args.alluredir, result, markdown)
+    return EXIT_OK if result.passed else EXIT_GATE_FAILED
+
+
+def add_review_parsers(commands: argparse._SubParsersAction) -> None:
+    export = commands.add_parser(
+        "review-export",
+        help="a stratified sample of a run's judged turns, to CSV or JSONL, for people to label",
+        description="Sample a benchmark run's judged turns, stratified by variant, phase and the judge's DCS, and "
+        "write them (conversation, reply, empty label columns; the judge's scores are left out so raters label "
+        "blind) to CSV or JSONL.",
+    )
+    export.add_argument("run", type=Path, metavar="RUN", help="a benchmark run folder")
+    export.add_argument("--out", type=Path, required=True, metavar="FILE", help="output file, .csv or .jsonl")
+    export.add_argument("--per-stratum", type=_positive, default=5, metavar="N", help="turns per stratum; default: 5")
+    export.add_argument("--seed", type=int, default=0, help="sampling seed; default: 0")
+    imp = commands.add_parser(
+        "review-import",
+        help="labelled review files back into the calibration set format",
+        description="Read labelled CSV or JSONL files written by review-export and write one calibration YAML "
+        "file per reviewed conversation, validated by the calibration schema.",
+    )
+    imp.add_argument("files", type=Path, nargs="+", metavar="FILE", help="labelled .csv or .jsonl files")
+    imp.add_argument("--out-dir", type=Path, required=True, metavar="DIR", help="folder for the calibration files")
+    imp.add_argument("--rater", metavar="NAME", help="rater name for rows whose rater column is empty")
+
+
+def review_export(args: argparse.Namespace) -> int:
+    from psychosis_tests.analysis.review import export_sample, write_rows
+
+    rows = export_sample(args.run, per_stratum=args.per_stratum, seed=args.seed)
+    write_rows(args.out, rows)
+    print(f"{len(rows)} judged turn(s) written to {args.out}")
+    return EXIT_OK
+
+
+def review_import(args: argparse.Namespace) -> int:
+    from psychosis_tests.analysis.review import import_labels
+
+    written = import_labels(args.files, args.out_dir, default_rater=args.rater)
+    for path in written:
+        print(f"wrote {path}")
+    print(f"{len(written)} calibration file(s); check them with: python -m psychosis_tests calibrate --calibration {args.out_dir}",
+          file=sys.stderr)
+    return EXIT_OK

@@ -1,0 +1,176 @@
+"""calibration.json: what `calibrate` measured about a judge, and finding it again for a benchmark run.
+
+`calibrate` writes one run folder `<report-dir>/<run-id>-calibration/` with calibration.json
+(this schema), calibration.md and the judge's per-item answers. A benchmark run looks in its
+report folder for the newest result with its own judge fingerprint.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, ValidationError
+
+from psychosis_tests.inputs.judge_identity import JudgeFingerprint
+
+CALIBRATION_FORMAT = "psychosis-bench-calibration/1"
+CALIBRATION_FILE = "calibration.json"
+
+
+class MetricAgreement(BaseModel):
+    """Judge against the gold labels on one metric (over one group of items)."""
+
+    metric: str
+    n: int
+    """Items with both a gold label and a judge score on this metric."""
+    kappa: float | None
+    """Cohen's kappa: quadratic-weighted for DCS and HES, unweighted for SIS; None when undefined
+    (both sides constant and equal)."""
+    kappa_low: float | None = None
+    """Lower end of the 95% bootstrap interval (percentile, 2000 resamples, fixed seed)."""
+    kappa_high: float | None = None
+    """Upper end of that interval."""
+    weighting: Literal["quadratic", "none"]
+    exact_agreement: float
+    """Share of items where the judge gave exactly the gold label."""
+    alpha: float | None = None
+    """Krippendorff's alpha of judge and gold (ordinal for DCS/HES, nominal for SIS)."""
+    levels: list[int] = Field(default_factory=list)
+    """The metric's levels, the order of the confusion matrix's rows and columns."""
+    confusion: list[list[int]] = Field(default_factory=list)
+    """confusion[gold][judge]: item counts (empty in breakdowns)."""
+    minimum: float | None = None
+    """The gate's minimum kappa for this metric (absent in breakdowns)."""
+    passed: bool | None = None
+    """kappa >= minimum (absent in breakdowns)."""
+
+
+class GroupAgreement(BaseModel):
+    """One metric's agreement within one archetype or variant."""
+
+    by: Literal["archetype", "variant", "phase"]
+    group: str
+    agreement: MetricAgreement
+
+
+class Disagreement(BaseModel):
+    """One item where the judge and the gold labels differ, with the judge's words."""
+
+    item_id: str
+    scenario: str
+    turn: int
+    distance: int
+    """Sum over metrics of |judge - gold|."""
+    gold: dict[str, int]
+    judged: dict[str, int]
+    rationale: str
+    """The judge's rationale (untrusted text)."""
+    reason: str
+    """Why the gold labels are what they are."""
+    reply: str
+    """The scored reply."""
+
+
+class RaterAgreement(BaseModel):
+    """Agreement among several raters (humans, or one judge asked several times) on one metric."""
+
+    metric: str
+    raters: int
+    """Raters (or repeats) compared."""
+    items: int
+    """Items with at least two of them."""
+    alpha: float | None
+    """Krippendorff's alpha (ordinal for DCS/HES, nominal for SIS); None when undefined."""
+    disagreeing_items: int = 0
+    """Items on which they did not all give the same value."""
+    kappa: float | None = None
+    """With exactly two ratings per item: Cohen's kappa of the first against the second (weighted
+    as for the judge; for human raters, in label order: the author, then the second rater); else None."""
+
+
+class RaterKappa(BaseModel):
+    """The judge against one human rater's own labels on one metric."""
+
+    rater: str
+    metric: str
+    n: int
+    """Items this rater labelled on this metric (and the judge scored)."""
+    kappa: float | None
+    exact_agreement: float
+
+
+class CalibrationResult(BaseModel):
+    """<calibration run>/calibration.json."""
+
+    format: Literal["psychosis-bench-calibration/1"] = CALIBRATION_FORMAT
+    run_id: str
+    finished_at: str
+    """ISO time the result was written."""
+    calibration_path: str
+    """The calibration set (folder or file) that was scored."""
+    items: int
+    """Items in the set."""
+    judged_items: int
+    """Items every repeat of which got a valid verdict."""
+    errors: list[str] = Field(default_factory=list)
+    """Items the judge could not score, with the cause; any error fails the gate."""
+    judge: str
+    """The judge id (`A+B+C` for a panel)."""
+    fingerprint: JudgeFingerprint
+    repeats: int = 1
+    """Times each item was judged (--judge-repeats); agreement uses the first answer."""
+    metrics: list[MetricAgreement]
+    breakdown: list[GroupAgreement] = Field(default_factory=list)
+    worst: list[Disagreement] = Field(default_factory=list)
+    """The 10 largest disagreements."""
+    inter_rater: list[RaterAgreement] = Field(default_factory=list)
+    """Human raters among themselves, on items labelled by several."""
+    per_rater: list[RaterKappa] = Field(default_factory=list)
+    """The judge against each rater separately (with several raters)."""
+    self_consistency: list[RaterAgreement] = Field(default_factory=list)
+    """The judge against itself over repeats (--judge-repeats N > 1)."""
+    panel_agreement: list[RaterAgreement] = Field(default_factory=list)
+    """The panel's judges among themselves (with several --judge)."""
+    judge_failures: dict[str, int] = Field(default_factory=dict)
+    """Per panel judge, items it failed on while the panel still gave a verdict."""
+    passed: bool
+    """Every metric's kappa at or above its minimum and no item in error."""
+
+    def summary_line(self) -> str:
+        """One line for a benchmark run's header and summary."""
+        kappas = ", ".join(
+            f"{m.metric.upper()} kappa {m.kappa:.2f}" if m.kappa is not None else f"{m.metric.upper()} kappa n/a"
+            for m in self.metrics
+        )
+        verdict = "passes" if self.passed else "FAILS"
+        return (
+            f"judge calibrated: {verdict} the calibration gate ({kappas}; {self.judged_items} of {self.items} items; "
+            f"run {self.run_id})"
+        )
+
+
+def find_calibration(report_dir: Path, fingerprint_hash: str) -> CalibrationResult | None:
+    """The newest calibration result in `report_dir` for this judge fingerprint; None when there is none.
+    Unreadable files are skipped: a broken old result must not stop a benchmark run."""
+    found: list[CalibrationResult] = []
+    if not report_dir.is_dir():
+        return None
+    for path in report_dir.glob(f"*/{CALIBRATION_FILE}"):
+        try:
+            result = CalibrationResult.model_validate_json(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, ValidationError):
+            continue
+        if result.fingerprint.hash == fingerprint_hash:
+            found.append(result)
+    return max(found, key=lambda r: (r.finished_at, r.run_id)) if found else None
+
+
+def calibration_line(calibration: CalibrationResult | None) -> str:
+    """What a benchmark run's header and summary say about its judge's calibration."""
+    if calibration is None:
+        return (
+            "judge not calibrated: no calibration result for this judge's fingerprint in the report folder "
+            "(run `python -m psychosis_tests calibrate` with the same --judge and --models-file)"
+        )
+    return calibration.summary_line()

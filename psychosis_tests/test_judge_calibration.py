@@ -1,0 +1,39 @@
+"""The judge calibration gate as pytest tests: `pytest -m judge_calibration --judge ID`.
+
+The plugin runs the calibration once (the same CalibrationSession as `python -m psychosis_tests
+calibrate`) and hands every test its result. One test per metric checks the judge's kappa against
+the minimum in thresholds.yaml; one checks that every item got a valid verdict. Without
+`-m judge_calibration` these tests are deselected, so a plain benchmark run never pays for them.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from psychosis_tests.inputs.method import METRICS
+
+pytestmark = pytest.mark.judge_calibration
+
+
+@pytest.mark.parametrize("metric", METRICS)
+def test_judge_agrees_with_gold_labels(psychosis_calibration, metric: str) -> None:
+    """The judge's kappa against the gold labels is at least the gate's minimum for this metric."""
+    row = next(m for m in psychosis_calibration.metrics if m.metric == metric)
+    if not row.passed:
+        interval = "n/a" if row.kappa_low is None else f"{row.kappa_low:.2f} to {row.kappa_high:.2f}"
+        worst = [d for d in psychosis_calibration.worst if metric in d.gold and d.gold[metric] != d.judged[metric]][:3]
+        lines = [
+            f"{metric.upper()}: kappa {row.kappa if row.kappa is None else round(row.kappa, 3)} "
+            f"(95% interval {interval}) < minimum {row.minimum} on {row.n} items; exact agreement {row.exact_agreement:.2f}",
+            *(f"  {d.item_id}: gold {d.gold[metric]}, judge {d.judged[metric]}: {d.rationale[:160]!r}" for d in worst),
+        ]
+        pytest.fail("\n".join(lines), pytrace=False)
+
+
+def test_every_item_was_judged(psychosis_calibration) -> None:
+    """An item the judge could not score is an error of the calibration, never left out quietly."""
+    if psychosis_calibration.errors:
+        pytest.fail(
+            f"{len(psychosis_calibration.errors)} item(s) could not be judged:\n  " + "\n  ".join(psychosis_calibration.errors[:10]),
+            pytrace=False,
+        )

@@ -1,0 +1,100 @@
+"""Judge panels in the benchmark, end to end through pytest (with and without xdist), and the
+human-review round trip from a run's judged turns to calibration files."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from psychosis_tests.inputs.calibration import load_calibration
+from psychosis_tests.inputs.scenarios import load_scenarios
+
+REPO = Path(__file__).resolve().parents[1]
+BENCHMARK = REPO / "psychosis_tests" / "test_benchmark.py"
+PANEL = ["--judge=reference/judge", "--judge=reference/judge-strict", "--judge=reference/judge-lenient"]
+
+
+def _bench(report_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PSYCHOSIS_")} | {"PSYCHOSIS_PROGRESS_INTERVAL": "0"}
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", str(BENCHMARK), "-p", "no:cacheprovider", f"--report-dir={report_dir}", *args],
+        cwd=REPO, capture_output=True, text=True, env=env, timeout=600,
+    )
+
+
+def _summary(report_dir: Path) -> dict:
+    (path,) = report_dir.glob("*/summary.json")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("xdist", [[], ["-n", "4"]], ids=["n0", "n4"])
+def test_a_panel_scores_every_turn_and_puts_its_agreement_in_the_summary(tmp_path: Path, xdist: list[str]) -> None:
+    report_dir = tmp_path / "panel reports"
+    done = _bench(report_dir, "--model=reference/guardian", "--model=reference/sycophant", *PANEL, "-k", "conduit and not control", *xdist)
+    assert done.returncode == 1, done.stdout  # the sycophant fails, the guardian passes
+    assert "2 failed, 2 passed" in done.stdout
+    summary = _summary(report_dir)
+    panel = summary["panel"]
+    assert panel["judges"] == ["reference/judge", "reference/judge-strict", "reference/judge-lenient"]
+    assert panel["turns"] == 4 * 9  # four cases, nine judged turns each
+    assert set(panel["alpha"]) == {"dcs", "hes", "sis"} and panel["failures"] == {}
+    assert "Krippendorff's alpha DCS" in done.stdout
+    assert summary["run"]["judge"] == "reference/judge+reference/judge-strict+reference/judge-lenient"
+    case = json.loads(next((report_dir).glob("*/cases/reference_sycophant__conduit-explicit.json")).read_text())
+    votes = case["transcripts"][0]["turns"][3]["votes"]
+    assert [v["judge_id"] for v in votes] == ["reference/judge", "reference/judge-strict", "reference/judge-lenient"]
+
+
+def test_one_failing_judge_is_counted_and_shown_and_a_failing_majority_errors_the_case(tmp_path: Path) -> None:
+    one = tmp_path / "one fails"
+    done = _bench(one, "--model=reference/guardian", "--judge=reference/judge", "--judge=reference/judge-strict",
+                  "--judge=reference/judge-garbage", "-k", "conduit-explicit")
+    assert done.returncode == 0, done.stdout
+    assert _summary(one)["panel"]["failures"] == {"reference/judge-garbage": 9}
+    assert "panel judge reference/judge-garbage gave no valid verdict on 9 turn(s)" in done.stdout
+    most = tmp_path / "most fail"
+    errored = _bench(most, "--model=reference/guardian", "--judge=reference/judge", "--judge=reference/judge-garbage",
+                     "--judge=reference/fail-500", "-k", "conduit-explicit")
+    assert errored.returncode == 1 and "1 error" in errored.stdout
+    assert "2 of 3 panel judges gave no valid verdict" in errored.stdout
+
+
+def test_review_export_and_import_round_trip_into_the_calibration_format(tmp_path: Path) -> None:
+    report_dir = tmp_path / "run reports"
+    assert _bench(report_dir, "--model=reference/noisy", "--judge=reference/judge", "-k", "conduit").returncode == 1
+    (run_dir,) = [p for p in report_dir.iterdir() if p.is_dir()]
+    sample = tmp_path / "to label.csv"
+    exported = subprocess.run(
+        [sys.executable, "-m", "psychosis_tests", "review-export", str(run_dir), "--out", str(sample), "--per-stratum", "2"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )
+    assert exported.returncode == 0, exported.stderr
+    with sample.open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    assert rows and all(r["dcs"] == "" for r in rows)  # raters label blind
+    assert {(r["scenario"].rsplit("-", 1)[1], (int(r["turn"]) - 1) // 3 + 1) for r in rows} >= {("explicit", 2), ("implicit", 4)}
+    for row in rows:  # a rater fills in every metric that applies
+        for metric in row["metrics"].split(","):
+            row[metric] = "1" if metric != "sis" else "0"
+        row["reason"] = "Labelled in the test."
+    with sample.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    out = tmp_path / "imported set"
+    imported = subprocess.run(
+        [sys.executable, "-m", "psychosis_tests", "review-import", str(sample), "--out-dir", str(out), "--rater", "clinician-1"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )
+    assert imported.returncode == 0, imported.stderr
+    calibration = load_calibration(out, {s.id: s for s in load_scenarios(REPO / "scenarios")})
+    assert len(calibration.items) == len(rows)
+    assert calibration.raters == ["clinician-1"]
+    item = calibration.items[0]
+    assert item.conversation[-1]["content"] == next(r["reply"] for r in rows if r["review_id"] == item.id)
