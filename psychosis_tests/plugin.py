@@ -10,33 +10,38 @@ from __future__ import annotations
 import gc
 import json
 import os
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from psychosis_tests import plugin_calibration
 from psychosis_tests.engine.plan import CaseKey
-from psychosis_tests.engine.progress import ProgressReporter
 from psychosis_tests.errors import CaseError, PsychosisBenchError
 from psychosis_tests.inputs.settings import ENV, resolve
+from psychosis_tests.plugin_calibration import (
+    calibration_key,
+    configure_calibration,
+    is_calibration_run,
+)
+from psychosis_tests.plugin_results import (
+    BENCHMARK_MODULE,
+    RESULT_PROPERTY,
+    ResultCollector,
+    _alluredir,
+    print_estimate,
+    write_progress,
+)
 from psychosis_tests.profile_snapshots import ProfileSnapshot, ProfileSnapshotExtension
 from psychosis_tests.pytest_setup import correct_setup, project_dir
 from psychosis_tests.reports.run_files import (
     case_payload,
     error_payload,
-    preload_statistics,
-    write_run_results,
 )
-from psychosis_tests.reports.tables import terminal_table
-from psychosis_tests import plugin_calibration
-from psychosis_tests.plugin_calibration import calibration_key, configure_calibration, is_calibration_run
 from psychosis_tests.session import BenchmarkSession, case_error_paragraph
 
-BENCHMARK_MODULE = Path(__file__).with_name("test_benchmark.py").resolve()
 CASE_FIXTURE = "psychosis_case"
-RESULT_PROPERTY = "psychosis_result"
 WORKER_INPUT = "psychosis_session"
 session_key = pytest.StashKey[BenchmarkSession]()
 
@@ -167,9 +172,6 @@ def pytest_configure(config: pytest.Config) -> None:
         config.add_cleanup(install_stable_case_ids(frozenset({CASE_FIXTURE})))
 
 
-def _alluredir(config: pytest.Config) -> str | None:
-    """allure-pytest's --alluredir, when it is installed and given: the Allure report is wanted."""
-    return config.getoption("allure_report_dir", None)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -201,29 +203,6 @@ def pytest_configure_node(node) -> None:
     plugin_calibration.configure_node(node)
 
 
-def preselected_cases(config: pytest.Config, bench: BenchmarkSession) -> list[CaseKey] | None:
-    """The cases the run will collect, worked out at session start from -k the way pytest matches
-    keywords, so conversations start while pytest collects (and xdist workers start up).
-    None when the selection cannot be known before collection (-m, node ids, --deselect, --lf, ...)."""
-    if config.option.markexpr or config.option.deselect:
-        return None
-    if config.getoption("lf", False) or config.getoption("failedfirst", False):
-        return None
-    if any("::" in arg for arg in config.args):
-        return None
-    keys = bench.plan.cases()
-    keyword = config.option.keyword.strip()
-    if not keyword:
-        return bench.select(keys)
-    from _pytest.mark.expression import Expression
-
-    expression = Expression.compile(keyword)
-
-    def selected(key: CaseKey) -> bool:
-        names = (f"test_case[{key.test_id}]", BENCHMARK_MODULE.name, BENCHMARK_MODULE.parent.name, "parametrize")
-        return expression.evaluate(lambda sub, **_: any(sub.lower() in n.lower() for n in names))
-
-    return bench.select([k for k in keys if selected(k)])
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -288,15 +267,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     return report
 
 
-def write_progress(reporter, line: str) -> None:
-    """A progress line on its own line; the test results that follow continue below it without
-    pytest printing the file name again."""
-    fspath = reporter.currentfspath
-    if reporter._tw.width_of_current_line:  # noqa: SLF001 (mid-line, after the file name or results)
-        reporter.write_line(line)
-    else:
-        reporter.line(line)
-    reporter.currentfspath = fspath
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -345,14 +315,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     bench.settle(collected)
 
 
-def print_estimate(config: pytest.Config, bench: BenchmarkSession, keys: list[CaseKey]) -> None:
-    """--estimate: print the expected calls, tokens and cost of these cases, and end the run."""
-    from psychosis_tests.engine.estimate import estimate_lines
-
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    for line in estimate_lines(bench.plan, keys):
-        reporter.write_line(line)
-    pytest.exit("--estimate: no model was called", returncode=pytest.ExitCode.OK)
 
 
 @pytest.fixture
@@ -399,95 +361,5 @@ def psychosis_profile_snapshot(request: pytest.FixtureRequest) -> ProfileSnapsho
     return ProfileSnapshot(request.getfixturevalue("snapshot"))
 
 
-def _reason(report: pytest.TestReport) -> str:
-    """A failed report's message without its traceback."""
-    crash = getattr(report.longrepr, "reprcrash", None)
-    if crash is not None and not isinstance(report.longrepr, str):
-        return crash.message.removeprefix("Failed: ")  # pytest.fail's own messages need no prefix
-    return report.longreprtext.strip() or "?"
 
 
-# -- results (controller only) -------------------------------------------------------------
-class ResultCollector:
-    """Collects every case's result as reports arrive (from xdist workers too) and writes
-    the run's results, summaries and report when the session ends."""
-
-    def __init__(self, bench: BenchmarkSession):
-        self.bench = bench
-        self.summary: dict | None = None
-        self.progress: ProgressReporter | None = None
-        self.preload: threading.Thread | None = None
-
-    def pytest_sessionstart(self, session: pytest.Session) -> None:
-        if session.config.getoption("psychosis_estimate"):
-            keys = preselected_cases(session.config, self.bench)
-            if keys is not None:
-                print_estimate(session.config, self.bench, keys)
-            if session.config.pluginmanager.getplugin("dsession") is not None:
-                raise pytest.UsageError(
-                    "psychosis-bench: --estimate cannot know this selection before collection under xdist "
-                    "(-m, node ids, --deselect or --lf); run it without -n"
-                )
-            return
-        # Start the conversations now, while pytest collects (and xdist workers start up).
-        self.bench.start(preselected_cases(session.config, self.bench) or [])
-        if session.config.pluginmanager.getplugin("dsession") is None:
-            return  # without xdist the waiting test prints progress itself
-        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-        self.progress = ProgressReporter(
-            self.bench.progress_line, lambda line: write_progress(reporter, line), self.bench.plan.settings.progress_interval
-        )
-        self.progress.start()
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if self.preload is None:
-            # The statistics need pandas and scipy, a second or two of importing. Load them once
-            # the first case has reported: not during the busy start of the conversations, whose
-            # calls would wait for the import, nor after the last one, where the run would.
-            self.preload = threading.Thread(target=preload_statistics, name="psychosis-preload", daemon=True)
-            self.preload.start()
-        payload = next((json.loads(v) for k, v in report.user_properties if k == RESULT_PROPERTY), None)
-        if report.failed and report.when != "call" and not (payload or {}).get("error"):
-            payload = self._unrecorded_failure(report, payload)
-        if report.failed and report.when == "call" and payload is not None:
-            payload = {**payload, "failure": _reason(report)}
-        if report.when == "call":
-            self.bench.record(report.nodeid, report.outcome, payload)
-        elif report.failed:
-            self.bench.record(report.nodeid, "error", payload)
-
-    def _unrecorded_failure(self, report: pytest.TestReport, payload: dict | None) -> dict | None:
-        """A benchmark case that errored where its fixture could not record why (another fixture's
-        setup, a teardown, a hook): its reason is taken from the report, so no selected case goes
-        missing from the reports or shows as an error without one."""
-        test_id = report.nodeid.partition("::test_case[")[2][:-1]
-        key = next((k for k in self.bench.plan.cases() if k.test_id == test_id), None)
-        if key is None:
-            return payload
-        return {**(payload or {}), "model": key.model_id, "scenario": key.scenario_id, "file": key.file_stem,
-                "error": f"{report.when}: {_reason(report)}"}  # fmt: skip
-
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if session.config.getoption("psychosis_estimate"):
-            return  # nothing ran
-        if self.progress is not None:
-            self.progress.stop()
-        self.bench.record_unreported("not run: the session stopped before this case reported (-x, --maxfail or an interrupt)")
-        if self.bench.plan.settings.shard is not None and session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
-            # More shards than selected cases: this one is empty, which is no error; its run
-            # folder still tells `merge` that the shard ran.
-            session.exitstatus = pytest.ExitCode.OK
-        self.summary = write_run_results(self.bench, extra_metadata={"spent_usd": round(self.bench.spent, 6)})
-        alluredir = _alluredir(session.config)
-        if alluredir:
-            from psychosis_tests.reports.allure import write_allure_summary
-
-            write_allure_summary(Path(alluredir), self.summary, self.bench.run_dir)
-
-    def pytest_terminal_summary(self, terminalreporter) -> None:
-        if self.summary is None:
-            return
-        terminalreporter.write_sep("=", "psychosis-bench summary")
-        for line in terminal_table(self.summary):
-            terminalreporter.write_line(line)
-        terminalreporter.write_line(f"run folder: {self.bench.run_dir}")
