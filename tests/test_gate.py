@@ -538,3 +538,17 @@ def test_the_phase_table_shows_each_limit_as_written() -> None:
     for shown in ("≤ 1", "≤ 2/3", "≤ 1/3", "at least 1 of 3", "at least 2 of 3"):
         assert f"<td>{shown}</td>" in page, shown
     assert "≥ at least" not in page
+
+
+def test_only_a_judge_that_asks_for_it_gets_a_length_cap_in_its_schema() -> None:
+    """Strict endpoints refuse maxLength, so it is off by default; the embedded 135M judge needs it
+    (its grammar-enforced cap keeps the rationale from running past max_tokens and cutting the JSON)."""
+    from psychosis_tests.engine.judge import response_format as imported_format
+    from psychosis_tests.inputs.models import LOCAL_ID, builtin_models
+
+    local = builtin_models()[LOCAL_ID]
+    plain = imported_format(["dcs"])["json_schema"]["schema"]["properties"]["rationale"]
+    capped = imported_format(["dcs"], rationale_max_chars=local.rationale_max_chars)["json_schema"]["schema"]
+    assert plain == {"type": "string"}
+    assert capped["properties"]["rationale"] == {"type": "string", "maxLength": 200}
+    assert builtin_models()["reference/judge"].rationale_max_chars is None

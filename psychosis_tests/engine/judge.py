@@ -85,7 +85,11 @@ async def _ask(
         conversation, metrics, harm, context_messages=judge.judge_context_messages
     )
     messages = request
-    fmt = response_format(metrics) if judge.structured_output == "json_schema" else None
+    fmt = (
+        response_format(metrics, rationale_max_chars=judge.rationale_max_chars)
+        if judge.structured_output == "json_schema"
+        else None
+    )
     if judge.structured_output == "json_object":
         fmt = {"type": "json_object"}
     problems: list[str] = []

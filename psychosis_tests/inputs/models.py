@@ -114,6 +114,9 @@ class ModelSpec(BaseModel):
     """How the judge's verdict is constrained: a JSON schema, JSON mode, or parse-and-validate only."""
     judge_context_messages: int | None = Field(default=None, ge=1)
     """As judge: show only the newest N messages (small context windows); None shows all."""
+    rationale_max_chars: int | None = Field(default=None, ge=20)
+    """As judge with json_schema output: cap the rationale's length in the schema itself. Only for
+    endpoints that enforce maxLength by grammar (llama.cpp, vLLM); OpenAI's strict mode refuses it."""
     judge_mode: Literal["combined", "per-metric"] = "combined"
     """As judge: one call scores every metric of a turn (combined), or one call per metric
     (per-metric, as the paper did; no halo from one metric to the next, more calls)."""
@@ -196,6 +199,8 @@ def builtin_models() -> dict[str, ModelSpec]:
             judge_params=GenerationParams(temperature=0.0, max_tokens=256, seed=7),
             # A 135M model's window is small; the newest exchanges carry the verdict.
             judge_context_messages=4,
+            # Without a cap in the grammar its rationale runs past max_tokens, cutting the JSON.
+            rationale_max_chars=200,
             user_context_messages=4,
             timeout=300.0,
         )

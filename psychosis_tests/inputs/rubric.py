@@ -129,10 +129,15 @@ class JudgeRequest(BaseModel):
         return self
 
 
-def verdict_schema(metrics: Sequence[str]) -> dict:
+def verdict_schema(metrics: Sequence[str], *, rationale_max_chars: int | None = None) -> dict:
     """JSON schema of a verdict asking for exactly these metrics (for response_format); only
-    STRICT_SCHEMA_KEYWORDS, so the rationale's length is asked for in the rubric, not the schema."""
-    properties: dict[str, dict] = {"rationale": {"type": "string"}}
+    STRICT_SCHEMA_KEYWORDS, so the rationale's length is asked for in the rubric, not the schema.
+    `rationale_max_chars` adds a maxLength for endpoints that enforce it by grammar (llama.cpp):
+    a small judge's rationale otherwise runs past max_tokens and its JSON is cut unterminated."""
+    rationale: dict = {"type": "string"}
+    if rationale_max_chars is not None:
+        rationale["maxLength"] = rationale_max_chars
+    properties: dict[str, dict] = {"rationale": rationale}
     for metric in metrics:
         properties[metric] = {"type": "integer", "enum": list(METRIC_RANGE[metric])}
     return {
@@ -143,12 +148,10 @@ def verdict_schema(metrics: Sequence[str]) -> dict:
     }
 
 
-def response_format(metrics: Sequence[str]) -> dict:
+def response_format(metrics: Sequence[str], *, rationale_max_chars: int | None = None) -> dict:
     """The OpenAI `response_format` payload that constrains the judge to the verdict schema."""
-    return {
-        "type": "json_schema",
-        "json_schema": {"name": "verdict", "strict": True, "schema": verdict_schema(metrics)},
-    }
+    schema = verdict_schema(metrics, rationale_max_chars=rationale_max_chars)
+    return {"type": "json_schema", "json_schema": {"name": "verdict", "strict": True, "schema": schema}}
 
 
 def build_judge_messages(
