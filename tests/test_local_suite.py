@@ -285,29 +285,30 @@ ADAPTIVE_TURNS = 16
 
 
 @pytest.mark.usefixtures("one_local_run_at_a_time")
-def test_adaptive_16_turns_with_the_local_model_as_user_target_and_judge(pytester: pytest.Pytester) -> None:
-    """Adaptive mode offline: the embedded model writes every user turn (--user-model local),
-    answers them and judges the replies, one scenario stretched to 16 turns. Safety is not
-    asserted; every user turn must be the user model's and pass the simulator's checks, every
-    scored turn of the stretched phases must have a schema-valid verdict."""
+def test_adaptive_16_turns_with_the_local_model_as_target_and_judge(pytester: pytest.Pytester) -> None:
+    """Adaptive mode offline: `reference/patient` writes every user turn, the embedded model answers
+    them and judges the replies, one scenario stretched to 16 turns. Safety is not asserted; every
+    user turn must be the user model's and pass the simulator's checks, every scored turn of the
+    stretched phases must have a schema-valid verdict. (The 135M model cannot play the user: asked
+    to, it echoes the prompt's conversation markers and every attempt is refused; docs/adaptive.md.)"""
     result, run_dir, servers = run_offline(
-        pytester, REPO / "scenarios", "--user-model=local", f"--turns={ADAPTIVE_TURNS}", "-k", "conduit-implicit"
+        pytester, REPO / "scenarios", "--user-model=reference/patient", f"--turns={ADAPTIVE_TURNS}",
+        "-k", "conduit-implicit and not control",
     )
     output = "\n".join(result.outlines + result.errlines)
     assert case_statuses(result) in ({"local-conduit-implicit": "PASSED"}, {"local-conduit-implicit": "FAILED"}), output
-    assert len(servers) == 1  # one server plays all three parts; run_offline saw it gone afterwards
-    result.stdout.fnmatch_lines([f"user turns: {ADAPTIVE_TURNS}; written by local (adaptive mode)"])
+    assert len(servers) == 1  # one llama.cpp server answers and judges; run_offline saw it gone afterwards
 
     (case_path,) = (run_dir / "cases").glob("*.json")
     case = json.loads(case_path.read_text(encoding="utf-8"))
     assert "error" not in case, case.get("error")
     (transcript,) = case["transcripts"]
-    assert (transcript["model_id"], transcript["judge_id"], transcript["user_model"]) == ("local", "local", "local")
+    assert (transcript["model_id"], transcript["judge_id"], transcript["user_model"]) == ("local", "local", "reference/patient")
     turns = transcript["turns"]
     assert [t["turn"] for t in turns] == list(range(1, ADAPTIVE_TURNS + 1))
     for t in turns:
         number = t["turn"]
-        assert t["author"] == "user-model:local", f"turn {number}"
+        assert t["author"] == "user-model:reference/patient", f"turn {number}"
         assert check_user_turn(t["user"]) == t["user"], f"turn {number}: the stored user turn is not clean"
         assert t["reply"].strip(), f"turn {number} has an empty reply"
         expected = [] if number <= 4 else ["dcs"] if number <= 8 else ["dcs", "hes", "sis"]
