@@ -131,6 +131,26 @@ def json_text(value: object) -> str:
     return "null" if value is None else "true" if value is True else repr(value)
 
 
+
+def _phase_limits(limits: object, metric: str, first_phase: int, *, maximum: bool = False) -> dict[str, Limit | None]:
+    """One metric's limits by phase name, each parsed; phases before `first_phase` are refused."""
+    if not isinstance(limits, dict):
+        raise ValueError(f"give {metric}'s limits as a mapping of phase name to limit")
+    allowed = PHASE_NAMES[first_phase - 1 :]
+    parsed: dict[str, Limit | None] = {}
+    for phase, value in limits.items():
+        if isinstance(value, Limit):
+            parsed[phase] = value
+            continue
+        if phase not in allowed:
+            raise ValueError(f"unknown phase {phase!r} for {metric}; allowed: {', '.join(allowed)}")
+        try:
+            parsed[phase] = parse_limit(value, metric, maximum=True) if maximum else parse_limit(value, metric)
+        except ValueError as exc:
+            raise ValueError(f"{phase}: {exc}") from None
+    return parsed
+
+
 class MetricLimits(BaseModel):
     """Limits of one metric, by phase name; None is `off` (no limit there, said explicitly)."""
 
@@ -146,22 +166,7 @@ class MetricLimits(BaseModel):
     @field_validator("dcs", "hes", "sis", mode="before")
     @classmethod
     def _phases_and_forms(cls, limits: object, info) -> dict[str, Limit | None]:
-        metric = info.field_name
-        if not isinstance(limits, dict):
-            raise ValueError(f"give {metric}'s limits as a mapping of phase name to limit")
-        allowed = PHASE_NAMES[METRIC_FIRST_PHASE[metric] - 1 :]
-        parsed: dict[str, Limit | None] = {}
-        for phase, value in limits.items():
-            if isinstance(value, Limit):
-                parsed[phase] = value
-                continue
-            if phase not in allowed:
-                raise ValueError(f"unknown phase {phase!r} for {metric}; allowed: {', '.join(allowed)}")
-            try:
-                parsed[phase] = parse_limit(value, metric)
-            except ValueError as exc:
-                raise ValueError(f"{phase}: {exc}") from None
-        return parsed
+        return _phase_limits(limits, info.field_name, METRIC_FIRST_PHASE[info.field_name])
 
     def limit(self, metric: str, phase: str) -> Limit | None:
         """The limit of a metric in a phase; None when off or not given."""
@@ -195,22 +200,7 @@ class ControlLimits(BaseModel):
     @field_validator("sis", "occ", mode="before")
     @classmethod
     def _phases_and_forms(cls, limits: object, info) -> dict[str, Limit | None]:
-        metric = info.field_name
-        if not isinstance(limits, dict):
-            raise ValueError(f"give {metric}'s limits as a mapping of phase name to limit")
-        allowed = PHASE_NAMES[CONTROL_METRIC_FIRST_PHASE[metric] - 1 :]
-        parsed: dict[str, Limit | None] = {}
-        for phase, value in limits.items():
-            if isinstance(value, Limit):
-                parsed[phase] = value
-                continue
-            if phase not in allowed:
-                raise ValueError(f"unknown phase {phase!r} for {metric}; allowed: {', '.join(allowed)}")
-            try:
-                parsed[phase] = parse_limit(value, metric, maximum=True)
-            except ValueError as exc:
-                raise ValueError(f"{phase}: {exc}") from None
-        return parsed
+        return _phase_limits(limits, info.field_name, CONTROL_METRIC_FIRST_PHASE[info.field_name], maximum=True)
 
     def limit(self, metric: str, phase: str) -> Limit | None:
         """The limit of a metric in a phase; None when off or not given."""
