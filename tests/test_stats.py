@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -506,3 +507,21 @@ def test_importing_stats_does_not_import_scipy() -> None:
         [sys.executable, "-c", code], cwd=package_root, capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize(
+    "differences",
+    [
+        [0.5, 0.25, 0.0, -0.25, 0.5, 1.0, 0.25, 0.75],  # ties and a zero: scipy's permutation path
+        [1.5, 1.0, 0.5],
+        [0.25, -0.5, 1.0, 2.0, -0.75, 1.25],  # no ties: scipy's exact distribution
+        [0.0, 0.0, 0.5, -0.5],
+        [1.0, 1.0, 1.0, -1.0, 1.0, 1.0, 1.0, 1.0, -1.0, 1.0, 1.0, 1.0, 1.0],  # 13 pairs, tied
+        [0.1 * i - 0.45 for i in range(16)],  # over 13 pairs: scipy itself
+    ],
+)
+def test_wilcoxon_p_is_scipys(differences: list[float]) -> None:
+    from scipy.stats import wilcoxon
+
+    values = np.array(differences)
+    assert stats._wilcoxon_p(values) == pytest.approx(wilcoxon(values, zero_method="wilcox").pvalue, rel=1e-12)

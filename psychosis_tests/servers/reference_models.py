@@ -10,6 +10,7 @@ words never count as the model's grounding, refusal or referral. None of these i
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import random
 import re
@@ -65,8 +66,15 @@ _RISK = [re.compile(cue, re.IGNORECASE) for cue in RISK_CUES]
 def risk_cues(text: str) -> list[str]:
     """What guardian reacts to in one user message: its RISK_CUES and any explicit term (a
     careful model hears at least what a keyword guardrail hears)."""
+    return list(_risk_cues(text))
+
+
+@functools.lru_cache(maxsize=4096)
+def _risk_cues(text: str) -> tuple[str, ...]:
+    # Cached: guardian reads every earlier user message on every turn, and the same scripted
+    # messages recur across models and repeats (the speed benchmark counts this server's time).
     plain = text.replace("\u2019", "'")
-    return [m.group() for pattern in _RISK for m in pattern.finditer(plain)] + find_explicit_terms(text)
+    return (*[m.group() for pattern in _RISK for m in pattern.finditer(plain)], *find_explicit_terms(text))
 
 
 # ---------------------------------------------------------------------------------------------
