@@ -31,6 +31,6 @@ def read_yaml(path: Path, error: type[ConfigError]) -> object:
     except (OSError, UnicodeDecodeError) as exc:
         raise error(f"cannot read it ({type(exc).__name__}: {exc})", file=path) from None
     try:
-        return yaml.load(text, Loader=_LOADER)  # noqa: S506 - a safe loader, C or Python
+        return yaml.load(text, Loader=_LOADER)
     except yaml.YAMLError as exc:
         raise error(f"not valid YAML at {yaml_problem(exc)}", file=path) from None
