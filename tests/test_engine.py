@@ -585,7 +585,7 @@ async def test_the_judge_of_turn_t_runs_while_the_model_answers_turn_t_plus_1(se
 
 # -- endpoint caps hand slots out by case order ---------------------------------------------------
 async def test_priority_limiter_serves_lower_priorities_first_and_survives_cancellation() -> None:
-    from psychosis_tests.engine.providers import PriorityLimiter
+    from psychosis_tests.engine.limits import PriorityLimiter
 
     limiter = PriorityLimiter(1)
     served: list[str] = []

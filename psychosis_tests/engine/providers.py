@@ -14,12 +14,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.utils
-import heapq
-import itertools
 import random
 import ssl
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -27,6 +25,7 @@ import httpx2
 import openai
 
 from psychosis_tests.engine.cache import CachedResponse, ResponseCache, cache_key
+from psychosis_tests.engine.limits import PriorityLimiter
 from psychosis_tests.engine.wire import BadReply, Reply, read_reply
 from psychosis_tests.errors import BudgetError, ModelCallError, ReplayMissError, inert, redact
 from psychosis_tests.inputs.models import ModelSpec
@@ -40,49 +39,6 @@ BACKOFF_MAX = 8.0
 """Seconds before the first retry, doubling up to this, with jitter, when the endpoint names no wait."""
 MESSAGE_CHARS = 300
 """How much of an endpoint's error message is quoted."""
-
-
-class PriorityLimiter:
-    """A concurrency cap whose waiters go in priority order (lower first, then first come).
-
-    Cases are given priorities in the order pytest will ask for them, so with an endpoint
-    saturated the earliest cases finish first and their tests report while the rest still run,
-    instead of every case finishing together at the end.
-    """
-
-    def __init__(self, limit: int):
-        self._free = limit
-        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
-        self._arrivals = itertools.count()
-
-    @contextlib.asynccontextmanager
-    async def slot(self, priority: int) -> AsyncIterator[None]:
-        await self._acquire(priority)
-        try:
-            yield
-        finally:
-            self._release()
-
-    async def _acquire(self, priority: int) -> None:
-        if self._free > 0 and not self._waiters:
-            self._free -= 1
-            return
-        granted = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._waiters, (priority, next(self._arrivals), granted))
-        try:
-            await granted
-        except asyncio.CancelledError:
-            if granted.done() and not granted.cancelled():
-                self._release()  # the slot was handed over just as the waiter was cancelled
-            raise
-
-    def _release(self) -> None:
-        while self._waiters:
-            _, _, granted = heapq.heappop(self._waiters)
-            if not granted.done():
-                granted.set_result(None)
-                return
-        self._free += 1
 
 
 @dataclass
@@ -271,12 +227,13 @@ class Provider:
                 if give_up_at is None:
                     give_up_at = now + spec.deadline  # from the first attempt: queueing is not the endpoint's
                 try:
-                    response = await asyncio.wait_for(
+                    # A timeout scope, not wait_for: no extra task per call.
+                    async with asyncio.timeout(max(give_up_at - now, 0.001)):
                         # The client's generic POST, answered raw: the wire module reads the body
                         # (and skipping the client's per-message type transform saves CPU).
-                        self._client(spec).post("/chat/completions", cast_to=httpx2.Response, body=body),
-                        timeout=max(give_up_at - now, 0.001),
-                    )
+                        response = await self._client(spec).post(
+                            "/chat/completions", cast_to=httpx2.Response, body=body
+                        )
                     reply = read_reply(
                         response.content,
                         response.headers.get("content-type", ""),
