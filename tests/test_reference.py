@@ -32,11 +32,8 @@ from psychosis_tests.inputs.rubric import (
 )
 from psychosis_tests.inputs.scenarios import load_scenarios
 from psychosis_tests.servers.reference_models import model_version, risk_cues
-from psychosis_tests.servers.reference_server import (
-    JUDGE_GARBAGE_REPLY,
-    SERVED_MODELS,
-    ReferenceServer,
-)
+from psychosis_tests.servers.reference_chat import JUDGE_GARBAGE_REPLY, SERVED_MODELS
+from psychosis_tests.servers.reference_server import ReferenceServer
 
 REPO = Path(__file__).resolve().parents[1]
 

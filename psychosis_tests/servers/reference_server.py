@@ -6,7 +6,8 @@ suite's controls can be checked: `sycophant` must fail everything, `guardian` mu
 `keyword-guard` must fail only the implicit scenarios. The target models are
 `servers.reference_models`, the judge `servers.reference_judge`, the user model
 `servers.reference_patient`, the fault plans (models that misbehave on purpose: `fault:429,ok`,
-`fault:random:429=0.2,500=0.05`, ...) `servers.faults`; this module is the wire format and the server.
+`fault:random:429=0.2,500=0.05`, ...) `servers.faults`, the answer to one request
+`servers.reference_chat`; this module is the HTTP server.
 
     python -m psychosis_tests.servers.reference_server --port 8123 --latency 0.5
 
@@ -24,114 +25,20 @@ import signal
 import socket
 import sys
 import threading
-import time
-import uuid
 from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError
-
-from psychosis_tests.inputs.method import METRICS
-from psychosis_tests.inputs.models import REFERENCE_PREFIX
-from psychosis_tests.inputs.rubric import read_judge_request
 from psychosis_tests.servers import faults
-from psychosis_tests.servers.reference_judge import JUDGE_STYLES, score_reply
-from psychosis_tests.servers.reference_judge_faults import JUDGE_FAULTS, faulty_answer
-from psychosis_tests.servers.reference_patient import patient_turn
-from psychosis_tests.servers.reference_models import (
-    _TARGETS,
-    SYSTEM_FINGERPRINT,
-    VERSION,
-    _Conversation,
-    model_version,
+from psychosis_tests.servers.reference_chat import (
+    SERVED_MODELS,
+    APIError,
+    complete,
+    fault_plan,
+    read_payload,
+    requested_model,
 )
-
-# ---------------------------------------------------------------------------------------------
-# Wire format and errors
-
-
-class _Message(BaseModel):
-    """One chat message of a request."""
-
-    role: str
-    """system, developer, user or assistant."""
-    content: str | list[dict[str, Any]] | None = None
-    """Text, or a list of content parts whose "text" parts are joined."""
-
-    def text(self) -> str:
-        if isinstance(self.content, list):
-            return "".join(str(part.get("text", "")) for part in self.content if part.get("type") == "text")
-        return self.content or ""
-
-
-class _ChatRequest(BaseModel):
-    """The fields of a chat-completions request the reference server reads; others are ignored."""
-
-    model_config = {"extra": "allow"}
-
-    model: str
-    """A reference model name, bare ("guardian") or prefixed ("reference/guardian")."""
-    messages: list[_Message] = Field(min_length=1)
-    """The conversation so far."""
-    stream: bool | None = False
-    """Streaming is not supported; true is rejected."""
-    seed: int | None = None
-    """Seeds the noisy model (None counts as 0)."""
-
-
-class _APIError(Exception):
-    """An error answered in the OpenAI error shape."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        type_: str = "invalid_request_error",
-        code: str | None = None,
-        headers: dict[str, str] | None = None,
-    ):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.type = type_
-        self.code = code
-        self.headers = headers or {}
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.type, "code": self.code}}
-
-
-def _judge(messages: list[dict[str, str]], style: str = "judge") -> str:
-    try:
-        request = read_judge_request(messages)
-    except ValueError as exc:
-        raise _APIError(
-            400,
-            f"the reference judge could not read this request as a judge prompt ({exc}); build it"
-            " with psychosis_tests.inputs.rubric.build_judge_messages",
-            code="not_a_judge_request",
-        ) from exc
-    if not request.metrics:
-        raise _APIError(400, f"the judge request asks for no metric; expected some of {', '.join(METRICS)}")
-    verdict = score_reply(request.conversation[-1].get("content", ""), request.metrics, style)
-    return json.dumps(verdict, ensure_ascii=False)
-
-
-JUDGE_GARBAGE_REPLY = "Well, that reply looked fine to me overall, I suppose, though it is hard to say."
-"""What `judge-garbage` always answers: prose that no verdict parser can accept."""
-
-
-PATIENT_BREAKS_ROLE_REPLY = "As an AI language model, I can't pretend to be a person in crisis."
-"""What `patient-breaks-role` always answers: a user model stepping out of the role."""
-
-
-_FAULT_NAMES = (*faults.ALIASES, "judge-garbage", "patient-breaks-role")
-SERVED_MODELS: tuple[str, ...] = (*_TARGETS, *JUDGE_STYLES, "patient", *_FAULT_NAMES, *JUDGE_FAULTS)
-"""Every model name the server answers (send it bare or with the "reference/" prefix), besides
-the fault plans `fault:...` (servers.faults)."""
-
+from psychosis_tests.servers.reference_models import VERSION
 
 # ---------------------------------------------------------------------------------------------
 # The server
@@ -157,11 +64,7 @@ class _Server(ThreadingHTTPServer):
         self._attempts: dict[str, int] = {}
         self._connections: set[socket.socket] = set()
 
-    def count_chat_request(self, body: bytes) -> None:
-        try:
-            model = str(json.loads(body).get("model"))
-        except (ValueError, AttributeError):
-            model = ""
+    def count_chat_request(self, model: str) -> None:
         with self._lock:
             self.chat_requests += 1
             self.requests_by_model[model] += 1
@@ -226,7 +129,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _send_error(self, error: _APIError) -> None:
+    def _send_error(self, error: APIError) -> None:
         self._send_json(error.status, error.body(), error.headers)
 
     def do_GET(self) -> None:
@@ -240,127 +143,41 @@ class _Handler(BaseHTTPRequestHandler):
             ]
             self._send_json(200, {"object": "list", "data": models})
         else:
-            self._send_error(_APIError(404, f"no such endpoint: GET {path}", code="not_found"))
+            self._send_error(APIError(404, f"no such endpoint: GET {path}", code="not_found"))
 
     def do_POST(self) -> None:
         path = self.path.split("?", 1)[0].rstrip("/")
         try:
             body = self._read_body()
             if path != "/v1/chat/completions":
-                raise _APIError(404, f"no such endpoint: POST {path}", code="not_found")
-            self.server.count_chat_request(body)
+                raise APIError(404, f"no such endpoint: POST {path}", code="not_found")
+            payload = read_payload(body)  # parsed once, for every step below
+            self.server.count_chat_request(requested_model(payload))
             if self.server.latency and self.server.stopping.wait(self.server.latency):
                 self.close_connection = True  # stopping: drop the request rather than answer late
                 return
-            plan = self._fault_plan(body)
+            plan = fault_plan(payload)
             if plan is None:
-                self._send_json(200, self._complete(body))
+                self._send_json(200, complete(payload))
                 return
             step = plan.step_for(self.server.attempt(body), self.server.random, faults.turn_of(body))
             try:
                 faults.serve(
-                    step, self, lambda: self._complete(body, answer_as=plan.answer_as), self.server.stopping.wait
+                    step, self, lambda: complete(payload, answer_as=plan.answer_as), self.server.stopping.wait
                 )
             except faults.StatusFault as fault:
-                raise _APIError(
+                raise APIError(
                     fault.status, fault.message, type_=fault.type, code=fault.code, headers=fault.headers
                 ) from None
-        except _APIError as error:
+        except APIError as error:
             self._send_error(error)
-
-    @staticmethod
-    def _fault_plan(body: bytes) -> faults.FaultPlan | None:
-        """The fault plan the request's model name asks for, if any."""
-        try:
-            name = str(json.loads(body)["model"]).removeprefix(REFERENCE_PREFIX)
-        except (ValueError, KeyError, TypeError):
-            return None  # not even a request: _complete says what is wrong
-        try:
-            return faults.parse_plan(name)
-        except faults.PlanError as exc:
-            raise _APIError(404, f"model {name!r}: {exc}", code="model_not_found") from None
 
     def _read_body(self) -> bytes:
         length = self.headers.get("Content-Length")
         if length is None or not length.isdigit():
             self.close_connection = True
-            raise _APIError(411, "send the request body with a Content-Length header")
+            raise APIError(411, "send the request body with a Content-Length header")
         return self.rfile.read(int(length))
-
-    def _complete(self, body: bytes, answer_as: str | None = None) -> dict[str, Any]:
-        try:
-            request = _ChatRequest.model_validate_json(body)
-        except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors()
-            )
-            raise _APIError(400, f"malformed chat request: {problems}") from exc
-        if request.stream:
-            raise _APIError(
-                400,
-                "streaming is not supported by the reference server; send stream=false",
-                code="stream_unsupported",
-            )
-        name = answer_as or request.model.removeprefix(REFERENCE_PREFIX)
-        if name not in SERVED_MODELS or name in faults.ALIASES:
-            raise _APIError(
-                404,
-                f"unknown reference model {name!r}; known models: {', '.join(SERVED_MODELS)}, "
-                "and fault plans fault:... (see psychosis_tests.servers.faults)",
-                code="model_not_found",
-            )
-        messages = [{"role": m.role, "content": m.text()} for m in request.messages]
-        refusal: str | None = None
-        if name in JUDGE_FAULTS:
-            content, refusal = faulty_answer(name, json.loads(_judge(messages)))
-        else:
-            content = self._answer(name, messages, request.seed or 0)
-        # Rough token counts: words.
-        prompt_tokens = sum(len(m["content"].split()) for m in messages)
-        completion_tokens = len((content or refusal or "").split())
-        return {
-            "id": f"chatcmpl-ref-{uuid.uuid4().hex[:24]}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": model_version(request.model.removeprefix(REFERENCE_PREFIX)),
-            "system_fingerprint": SYSTEM_FINGERPRINT,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": content, "refusal": refusal},
-                    "finish_reason": "stop",
-                    "logprobs": None,
-                }
-            ],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
-        }
-
-    def _answer(self, name: str, messages: list[dict[str, str]], seed: int) -> str:
-        if name in JUDGE_STYLES:
-            return _judge(messages, name)
-        if name == "judge-garbage":
-            return JUDGE_GARBAGE_REPLY
-        if name == "patient-breaks-role":
-            return PATIENT_BREAKS_ROLE_REPLY
-        if name == "patient":
-            try:
-                return patient_turn(messages)
-            except ValueError as exc:
-                raise _APIError(
-                    400,
-                    f"the reference patient could not read this request as a user-simulator prompt ({exc});"
-                    " build it with psychosis_tests.inputs.user_prompt.build_user_messages",
-                    code="not_a_user_request",
-                ) from exc
-        users = [m["content"] for m in messages if m["role"] == "user"]
-        if not users:
-            raise _APIError(400, "the messages hold no user message; a target model answers the latest one")
-        return _TARGETS[name](_Conversation(user_messages=users, seed=seed))
-
 
 class ReferenceServer:
     """The reference models on a loopback HTTP server; use as a context manager or start()/stop()."""
