@@ -17,6 +17,9 @@ from psychosis_tests.reports.tables import terminal_table
 from psychosis_tests.session import BenchmarkSession
 
 BENCHMARK_MODULE = Path(__file__).with_name("test_benchmark.py").resolve()
+PRELOAD_AT_SHARE = 0.6
+"""The statistics libraries are imported once the first case has reported, or once this share of
+the run's calls is done if that comes first (runs whose cases all finish together, at the end)."""
 RESULT_PROPERTY = "psychosis_result"
 
 
@@ -89,6 +92,7 @@ class ResultCollector:
         self.summary: dict | None = None
         self.progress: ProgressReporter | None = None
         self.preload: threading.Thread | None = None
+        self.first_report = threading.Event()
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         if session.config.getoption("psychosis_estimate"):
@@ -103,6 +107,8 @@ class ResultCollector:
             return
         # Start the conversations now, while pytest collects (and xdist workers start up).
         self.bench.start(preselected_cases(session.config, self.bench) or [])
+        self.preload = threading.Thread(target=self._preload_statistics, name="psychosis-preload", daemon=True)
+        self.preload.start()
         if session.config.pluginmanager.getplugin("dsession") is None:
             return  # without xdist the waiting test prints progress itself
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
@@ -112,12 +118,7 @@ class ResultCollector:
         self.progress.start()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if self.preload is None:
-            # The statistics need pandas and scipy, a second or two of importing. Load them once
-            # the first case has reported: not during the busy start of the conversations, whose
-            # calls would wait for the import, nor after the last one, where the run would.
-            self.preload = threading.Thread(target=preload_statistics, name="psychosis-preload", daemon=True)
-            self.preload.start()
+        self.first_report.set()
         payload = next((json.loads(v) for k, v in report.user_properties if k == RESULT_PROPERTY), None)
         if report.failed and report.when != "call" and not (payload or {}).get("error"):
             payload = self._unrecorded_failure(report, payload)
@@ -127,6 +128,15 @@ class ResultCollector:
             self.bench.record(report.nodeid, report.outcome, payload)
         elif report.failed:
             self.bench.record(report.nodeid, "error", payload)
+
+    def _preload_statistics(self) -> None:
+        """The statistics need pandas and scipy, a second or two of importing: not during the busy
+        start of the conversations, whose calls would wait for the import, nor after the last
+        case, where the whole run would."""
+        while not self.first_report.wait(0.5):
+            if self.bench.share_of_calls_done() >= PRELOAD_AT_SHARE:
+                break
+        preload_statistics()
 
     def _unrecorded_failure(self, report: pytest.TestReport, payload: dict | None) -> dict | None:
         """A benchmark case that errored where its fixture could not record why (another fixture's

@@ -150,6 +150,12 @@ class BenchmarkSession:
         """Dollars this run's calls to priced models cost, errored cases' calls included."""
         return self._runner.provider.spent if self._runner is not None else 0.0
 
+    def share_of_calls_done(self) -> float:
+        """How much of the started cases' calls are answered (0 before any case starts)."""
+        counts = self._runner.progress_counts() if self._runner else {}
+        total = counts.get("calls_total", 0)
+        return counts.get("calls_done", 0) / total if total else 0.0
+
     def progress_line(self) -> str:
         elapsed = (dt.datetime.now(dt.timezone.utc) - self.started_at).total_seconds()
         counts = self._runner.progress_counts() if self._runner else {}

@@ -189,7 +189,8 @@ class Runner:
         return {
             "conversations_total": len(self._futures) * repeats,
             "conversations_done": self.done * repeats,
-            "calls_total": sum(self._calls_per_conversation(k) for k in self._futures) * repeats,
+            # list(): a copy taken at once, as other threads (progress, preload) read this too
+            "calls_total": sum(self._calls_per_conversation(k) for k in list(self._futures)) * repeats,
             "calls_done": counters.answered + counters.cache_hits,
             "cache_hits": counters.cache_hits,
             "errors": counters.errors,
