@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from psychosis_tests.analysis.agreement import BOOTSTRAP_RESAMPLES
@@ -19,7 +20,10 @@ from psychosis_tests.engine.calibration_run import judge_calibration_set
 from psychosis_tests.engine.panel import JudgePanel
 from psychosis_tests.errors import CaseError, ConfigError
 from psychosis_tests.inputs.calibration import CalibrationSet, load_calibration
-from psychosis_tests.inputs.calibration_result import CALIBRATION_FILE, CalibrationResult
+from psychosis_tests.inputs.calibration_result import (
+    CALIBRATION_FILE,
+    CalibrationResult,
+)
 from psychosis_tests.inputs.judge_identity import judge_fingerprint
 from psychosis_tests.inputs.models import load_models_file, select
 from psychosis_tests.inputs.scenarios import load_scenarios
@@ -65,8 +69,9 @@ class CalibrationSession:
         self._result: CalibrationResult | None = None
         self._error: BaseException | None = None
 
-    def run(self) -> CalibrationResult:
-        """Judge every item (each judge through its own cap, the run's cache) and write the run folder."""
+    def run(self, progress: Callable[[str], None] | None = None) -> CalibrationResult:
+        """Judge every item (each judge through its own cap, the run's cache) and write the run folder.
+        `progress` is given a progress line every progress_interval seconds of the settings."""
         settings = self.settings
         servers = {}
         if settings.cache_mode != "replay":
@@ -80,6 +85,8 @@ class CalibrationSession:
                 cache_path=settings.cache_path,
                 base_urls={spec_id: server.url for spec_id, server in servers.items()},
                 repeats=self.judge_repeats,
+                progress=progress,
+                progress_interval=settings.progress_interval,
             )
         finally:
             for server in servers.values():

@@ -72,7 +72,7 @@ def calibrate(args: argparse.Namespace) -> int:
     session = CalibrationSession(settings, path, judge_repeats=args.judge_repeats, resamples=args.bootstrap_resamples)
     print(f"psychosis-bench calibrate: judge {session.panel.id}; {len(session.calibration.items)} items from {path}; "
           f"repeats {args.judge_repeats}; cache {settings.cache_mode} ({settings.cache_path})", flush=True)
-    result = session.run()
+    result = session.run(progress=lambda line: print(line, file=sys.stderr, flush=True))
     print("\n".join(terminal_lines(result)))
     print(f"run folder: {session.run_dir}")
     if args.alluredir is not None:

@@ -198,3 +198,24 @@ def test_several_raters_give_their_agreement_and_the_judge_is_scored_against_eac
     per_rater = {(r["rater"], r["metric"]): r for r in result["per_rater"]}
     assert per_rater[("fixture", "dcs")]["kappa"] == 1.0
     assert per_rater[("second", "dcs")]["kappa"] < 1.0
+
+
+def test_a_long_calibration_prints_progress_lines(tmp_path: Path, fixture_set: Path) -> None:
+    from psychosis_tests.engine.calibration_run import judge_calibration_set
+    from psychosis_tests.engine.panel import JudgePanel
+    from psychosis_tests.inputs.calibration import load_calibration
+    from psychosis_tests.inputs.models import builtin_models
+    from psychosis_tests.inputs.scenarios import load_scenarios
+
+    items = load_calibration(fixture_set, {s.id: s for s in load_scenarios(REPO / "scenarios")}).items
+    lines: list[str] = []
+    judged = judge_calibration_set(
+        JudgePanel((builtin_models()["reference/judge"],)), items, cache_mode="off",
+        cache_path=tmp_path / "unused.sqlite3", progress=lines.append, progress_interval=0.001,
+    )
+    assert len(judged) == len(items) == 36 and not any(j.error for j in judged)
+    assert lines, "a progress line every millisecond, and the run takes longer than that"
+    assert all(line.startswith("[psychosis-bench] calibrate: ") for line in lines)
+    counts = [int(line.split(": ", 1)[1].split("/", 1)[0]) for line in lines]
+    assert counts == sorted(counts) and all(0 <= c <= 36 for c in counts)
+    assert all("/36 items judged, 0 errors, " in line for line in lines)

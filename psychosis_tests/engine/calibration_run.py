@@ -9,12 +9,14 @@ cache entry) is in flight at once. A failed item is kept with its error, never s
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from psychosis_tests.engine.cache import ResponseCache
 from psychosis_tests.engine.panel import JudgePanel, PanelVerdict
+from psychosis_tests.engine.progress import ProgressReporter, duration
 from psychosis_tests.errors import CaseError
 from psychosis_tests.inputs.calibration import CalibrationItem
 from psychosis_tests.inputs.settings import CacheMode
@@ -35,9 +37,15 @@ class ItemJudgement:
 
 
 async def judge_items(
-    provider, panel: JudgePanel, items: Sequence[CalibrationItem], *, repeats: int = 1
+    provider,
+    panel: JudgePanel,
+    items: Sequence[CalibrationItem],
+    *,
+    repeats: int = 1,
+    on_done: Callable[[ItemJudgement], None] | None = None,
 ) -> list[ItemJudgement]:
-    """Judge every item `repeats` times, all at once; results in item order."""
+    """Judge every item `repeats` times, all at once; results in item order. `on_done` hears of
+    each item as it is judged (or errors)."""
 
     async def one(index: int, item: CalibrationItem) -> ItemJudgement:
         label = f"calibration {item.id}"
@@ -52,8 +60,12 @@ async def judge_items(
                 )
             )
         except CaseError as exc:
-            return ItemJudgement(item, (), str(exc))
-        return ItemJudgement(item, tuple(answers))
+            judgement = ItemJudgement(item, (), str(exc))
+        else:
+            judgement = ItemJudgement(item, tuple(answers))
+        if on_done is not None:
+            on_done(judgement)
+        return judgement
 
     return list(await asyncio.gather(*(one(i, item) for i, item in enumerate(items))))
 
@@ -66,9 +78,12 @@ def judge_calibration_set(
     cache_path: Path,
     base_urls: dict[str, str] | None = None,
     repeats: int = 1,
+    progress: Callable[[str], None] | None = None,
+    progress_interval: float = 10.0,
 ) -> list[ItemJudgement]:
     """Start what the judges need (the reference server for reference judges; `base_urls` holds
-    the embedded model's address, started by the caller), judge every item, shut down."""
+    the embedded model's address, started by the caller), judge every item, shut down.
+    `progress` is given a progress line every `progress_interval` seconds."""
     from psychosis_tests.engine.providers import Provider
 
     urls = dict(base_urls or {})
@@ -82,15 +97,36 @@ def judge_calibration_set(
     cache = None if cache_mode == "off" else ResponseCache(cache_path)
     provider = Provider(cache=cache, cache_mode=cache_mode, base_urls=urls)
 
+    judged: list[ItemJudgement] = []
+    began = time.monotonic()
+
+    def line() -> str:
+        errors = sum(1 for j in list(judged) if j.error)
+        counters = provider.counters
+        eta = ""
+        if judged and len(judged) < len(items) and counters.answered:
+            eta = f", ETA {duration((time.monotonic() - began) / len(judged) * (len(items) - len(judged)))}"
+        return (
+            f"[psychosis-bench] calibrate: {len(judged)}/{len(items)} items judged, {errors} errors, "
+            f"{counters.answered + counters.cache_hits} calls ({counters.cache_hits} cached), "
+            f"{duration(time.monotonic() - began)} elapsed{eta}"
+        )
+
+    reporter = ProgressReporter(line, progress, progress_interval) if progress is not None else None
+
     async def run() -> list[ItemJudgement]:
         try:
-            return await judge_items(provider, panel, items, repeats=repeats)
+            return await judge_items(provider, panel, items, repeats=repeats, on_done=judged.append)
         finally:
             await provider.aclose()
 
+    if reporter is not None:
+        reporter.start()
     try:
         return asyncio.run(run())
     finally:
+        if reporter is not None:
+            reporter.stop()
         if reference is not None:
             reference.stop()
         if cache is not None:

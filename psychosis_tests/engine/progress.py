@@ -23,7 +23,7 @@ def format_line(totals: dict[str, float], elapsed: float) -> str:
     answered = done - totals["cache_hits"]
     eta = ""
     if answered > 0 and done < total:
-        eta = f", ETA {_duration(elapsed / answered * (total - done))}"
+        eta = f", ETA {duration(elapsed / answered * (total - done))}"
     retrying = ""
     if totals["waiting"]:
         retrying = (
@@ -34,11 +34,12 @@ def format_line(totals: dict[str, float], elapsed: float) -> str:
     return (
         f"[psychosis-bench] {totals['conversations_done']}/{totals['conversations_total']} conversations, "
         f"{done}/{total} calls ({totals['cache_hits']} cached), {totals['errors']} errors{retried}{retrying}, "
-        f"{_duration(elapsed)} elapsed{eta}"
+        f"{duration(elapsed)} elapsed{eta}"
     )
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
+    """Seconds as `42s` or `3m07s`."""
     seconds = int(seconds)
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
