@@ -101,6 +101,11 @@ def check_runs(runs: list[ShardRun]) -> None:
             ),
             ("rubric version", meta.rubric_version, first.rubric_version),
             ("repeats", str(meta.repeats), str(first.repeats)),
+            (
+                "user turns",
+                f"{meta.user_model} ({meta.user_mode}, {meta.turns} turns)",
+                f"{first.user_model} ({first.user_mode}, {first.turns} turns)",
+            ),
         ):
             if mine != theirs:
                 raise MergeError(
@@ -163,7 +168,8 @@ def build_plan(runs: list[ShardRun], inputs: MergeInputs) -> Plan:
         )
     registry = load_models_file(inputs.models_file, required=False)
     judges = [j.id for j in meta.judge_fingerprint.judges] if meta.judge_fingerprint else meta.judge.split("+")
-    specs = select(registry, [*targets, *judges], models_file=inputs.models_file)
+    users = [meta.user_model] if meta.user_model else []
+    specs = select(registry, [*targets, *judges, *users], models_file=inputs.models_file)
     settings = RunSettings(
         targets=targets,
         judges=judges,
@@ -174,11 +180,18 @@ def build_plan(runs: list[ShardRun], inputs: MergeInputs) -> Plan:
         report_dir=Path("."),
         cache_path=Path("."),
         repeats=meta.repeats,
+        user_model=meta.user_model,
+        user_mode=meta.user_mode,  # type: ignore[arg-type]
+        turns=meta.turns,
         baseline=inputs.baseline,
         force_baseline=inputs.force_baseline,
     )
-    panel = JudgePanel(tuple(specs[len(targets):]))
-    plan = Plan(settings, specs[: len(targets)], panel, scenarios, load_thresholds(inputs.thresholds, scenario_ids=set(scenarios)))
+    panel = JudgePanel(tuple(specs[len(targets) : len(targets) + len(judges)]))
+    plan = Plan(
+        settings, specs[: len(targets)], panel, scenarios,
+        load_thresholds(inputs.thresholds, scenario_ids=set(scenarios)),
+        user_model=specs[-1] if users else None,  # the user model's usage is priced in the merged table
+    )
     plan.attach_baseline()
     return plan
 

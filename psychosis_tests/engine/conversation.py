@@ -48,8 +48,8 @@ class Turn(BaseModel):
     """Oldest messages the judge was not shown for this verdict (its judge_context_messages; with a
     panel, the judge with the smallest window)."""
     usage: dict[str, Usage] = Field(default_factory=dict)
-    """Tokens of this turn's calls per role ("target", "judge" with its re-asks and, with a panel,
-    every judge's calls)."""
+    """Tokens of this turn's calls per role: "target"; "judge" with its re-asks and, with a panel,
+    every judge's calls; "user" when a user model wrote the turn, with its re-asks."""
 
 
 class Transcript(BaseModel):
@@ -102,14 +102,17 @@ async def run_conversation(
                 if task.done() and task.exception() is not None:
                     raise task.exception()  # type: ignore[misc]
             label = f"{target.id} {scenario.id} repeat {repeat} turn {index}"
+            user_usage: list[Usage] = []
             user_text, author = await source.next_turn(
                 provider, planned, messages, call_label=label, sample=conversation, repeat=repeat,
-                priority=priority,
+                priority=priority, starts_conversation=index == 1, usage=user_usage,
             )
             messages.append({"role": "user", "content": user_text})
             completion = await provider.chat(
                 target, list(messages), role="target", call_label=label,
-                conversation=conversation, repeat=repeat, priority=priority, starts_conversation=index == 1,
+                conversation=conversation, repeat=repeat, priority=priority,
+                # A conversation starts with its first call: the user model's, when it wrote turn 1.
+                starts_conversation=index == 1 and not user_usage,
             )
             version = completion.model_version
             messages.append({"role": "assistant", "content": completion.text})
@@ -126,7 +129,7 @@ async def run_conversation(
                     finish_reason=completion.finish_reason,
                     metrics=metrics,
                     judge_omitted=max(0, len(shown) - window) if window else 0,
-                    usage={"target": completion.usage},
+                    usage={"target": completion.usage, **({"user": total(user_usage)} if user_usage else {})},
                 )
             )
             if metrics:

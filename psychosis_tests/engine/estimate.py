@@ -1,14 +1,18 @@
 """`--estimate`: the calls, tokens and cost a run will need, worked out without calling anything.
 
-Per conversation the target answers every scripted turn and the judge scores every judged turn
-once (re-asks after an invalid verdict are not foreseen). The prompts are built as the run builds
-them, from the scenario's user turns and, in place of the replies not yet written, placeholder
-replies of the model's expected length: `expected_reply_tokens` on its models-file entry, else its
-`max_tokens` for that role, else 300 tokens for a target's reply and 100 for a verdict. Text is
+Per conversation the plan is the run's own: the user turns of `--turns` (Scenario.plan_turns), the
+user model (`--user-model`) writing each turn the script does not give verbatim (every turn in
+adaptive mode), the target answering every turn and the judge scoring every judged turn of that
+plan once (re-asks after an unusable user turn or an invalid verdict are not foreseen). The
+prompts are built as the run builds them, from the scenario's user turns and, in place of the text
+not yet written, placeholders of the expected length: a reply or verdict as long as
+`expected_reply_tokens` on the model's entry, else its `max_tokens` for that role, else 300 tokens
+for a target's reply and 100 for a verdict; a simulated user turn as long as the user model's
+`expected_reply_tokens`, else the scripted line it stands in for or leads toward. Text is
 counted in whitespace-separated words, as the reference server counts tokens, and for other
-endpoints converted at TOKENS_PER_WORD (English text in common BPE vocabularies). The judge
-reads the whole conversation on every judged turn, so its prompt tokens grow with the square of
-the conversation's length.
+endpoints converted at TOKENS_PER_WORD (English text in common BPE vocabularies). The judge and
+the user model read the whole conversation on every call, so their prompt tokens grow with the
+square of the conversation's length.
 """
 
 from __future__ import annotations
@@ -16,9 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from psychosis_tests.engine.plan import CaseKey, Plan
+from psychosis_tests.engine.user_sim import UserTurns
 from psychosis_tests.inputs.models import ModelSpec
 from psychosis_tests.inputs.rubric import build_judge_messages
-from psychosis_tests.inputs.usage import Usage, cost
+from psychosis_tests.inputs.scenarios import PlannedTurn
+from psychosis_tests.inputs.usage import ROLES, Usage, cost
+from psychosis_tests.inputs.user_prompt import build_user_messages
 
 TOKENS_PER_WORD = 1.33
 """Tokens per English word on hosted endpoints (about 0.75 words per token)."""
@@ -47,24 +54,52 @@ def _tokens(messages: list[dict[str, str]], spec: ModelSpec) -> int:
     return round(sum(len(m["content"].split()) for m in messages) * _per_word(spec))
 
 
+def _placeholder(spec: ModelSpec, tokens: int) -> str:
+    """Text of about `tokens` tokens as `spec` counts them."""
+    return " ".join(["word"] * max(1, round(tokens / _per_word(spec))))
+
+
+def _simulated_turn(user: ModelSpec, planned: PlannedTurn) -> str:
+    """The expected text of a turn the user model writes: its expected_reply_tokens, else the
+    scripted line the turn plays (adaptive mode) or leads toward."""
+    if user.expected_reply_tokens is not None:
+        return _placeholder(user, user.expected_reply_tokens)
+    return planned.anchor if planned.anchor is not None else planned.next_anchor
+
+
 def conversation_usage(plan: Plan, key: CaseKey) -> dict[tuple[str, str], Usage]:
-    """Expected usage of one conversation of this case, per (model, role): the target, and each
-    judge of the panel (one call per judged turn, or one per metric in per-metric mode)."""
+    """Expected usage of one conversation of this case, per (model, role): the user model (one
+    call per turn it writes), the target (one per turn of `--turns`), and each judge of the panel
+    (one per judged turn, or one per metric in per-metric mode)."""
     target = next(t for t in plan.targets if t.id == key.model_id)
     scenario = plan.scenarios[key.scenario_id]
-    reply_words = max(1, round(_reply_tokens(target, "target") / _per_word(target)))
-    placeholder = " ".join(["word"] * reply_words)
+    source = UserTurns.for_case(
+        scenario, target_id=target.id, turns=plan.settings.turns, user_model=plan.user_model,
+        mode=plan.settings.user_mode,
+    )
+    user = source.user_model
+    placeholder = _placeholder(target, _reply_tokens(target, "target"))
     messages: list[dict[str, str]] = []
     if target.params.system_prompt:
         messages.append({"role": "system", "content": target.params.system_prompt})
     used = {(target.id, "target"): Usage(), **{(j.id, "judge"): Usage() for j in plan.panel.judges}}
-    for index, user_text in enumerate(scenario.turns, start=1):
+    for planned in source.planned:
+        if source.scripted(planned) or user is None:
+            user_text = planned.anchor or ""  # a turn nobody writes stops the run before this (Plan.load)
+        else:
+            request = build_user_messages(
+                scenario, planned, len(source.planned), messages, context_messages=user.user_context_messages
+            )
+            user_text = _simulated_turn(user, planned)
+            used[(user.id, "user")] = used.get((user.id, "user"), Usage()) + Usage(
+                calls=1, prompt_tokens=_tokens(request, user), completion_tokens=_tokens([{"content": user_text}], user)
+            )
         messages.append({"role": "user", "content": user_text})
         used[(target.id, "target")] += Usage(
             calls=1, prompt_tokens=_tokens(messages, target), completion_tokens=_reply_tokens(target, "target")
         )
         messages.append({"role": "assistant", "content": placeholder})
-        metrics = scenario.metrics_for_turn(index)
+        metrics = planned.metrics
         if not metrics:
             continue
         shown = [m for m in messages if m["role"] != "system"]
@@ -87,10 +122,12 @@ def estimate(plan: Plan, keys: list[CaseKey]) -> list[EstimateRow]:
         for (model, role), used in conversation_usage(plan, key).items():
             for _ in range(plan.settings.repeats):
                 totals[(model, role)] = totals.get((model, role), Usage()) + used
-    specs = {s.id: s for s in (*plan.targets, *plan.panel.judges)}
+    specs = {(s.id, "target"): s for s in plan.targets} | {(j.id, "judge"): j for j in plan.panel.judges}
+    if plan.user_model is not None:
+        specs[(plan.user_model.id, "user")] = plan.user_model
     return [
-        EstimateRow(model, role, used, cost(used, specs[model].price) if specs[model].price else None)
-        for (model, role), used in sorted(totals.items())
+        EstimateRow(model, role, used, cost(used, price) if (price := specs[(model, role)].price) else None)
+        for (model, role), used in sorted(totals.items(), key=lambda kv: (kv[0][0], ROLES.index(kv[0][1])))
     ]
 
 
@@ -98,8 +135,11 @@ def estimate_lines(plan: Plan, keys: list[CaseKey]) -> list[str]:
     """What --estimate prints."""
     rows = estimate(plan, keys)
     conversations = len(keys) * plan.settings.repeats
+    settings = plan.settings
     lines = [
         f"psychosis-bench estimate: {len(keys)} case(s), {conversations} conversation(s), no model called",
+        f"user turns: {f'{settings.turns} per conversation' if settings.turns else 'as scripted'}"
+        + (f", written by {plan.user_model.id} ({settings.user_mode} mode)" if plan.user_model else ""),
         f"{'model':<28} {'role':<7} {'calls':>7} {'prompt tokens':>14} {'completion':>11} {'cost':>10}",
     ]
     for row in rows:

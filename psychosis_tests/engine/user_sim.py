@@ -3,9 +3,10 @@
 Scripted mode (the default) types the scenario's turns. With a user model, adaptive mode has it
 write every turn, the scripted ones serving as anchors; scripted mode with a user model keeps
 every scripted turn verbatim and has the model write only the turns a longer conversation adds
-between them. Every simulated turn is one call through the Provider, so it is cached, replayed
-and capped like any other call, and its answer is checked (`inputs.user_prompt.check_user_turn`)
-and re-asked before the case errors with the reason.
+between them. Every simulated turn is one call through the Provider, so it is cached, replayed,
+capped and counted against --max-cost like any other call, with its token usage recorded under
+the role "user"; its answer is checked (`inputs.user_prompt.check_user_turn`) and re-asked before
+the case errors with the reason.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Literal
 from psychosis_tests.errors import UserSimulationError
 from psychosis_tests.inputs.models import ModelSpec
 from psychosis_tests.inputs.scenarios import PlannedTurn, Scenario
+from psychosis_tests.inputs.usage import Usage
 from psychosis_tests.inputs.user_prompt import build_user_messages, check_user_turn, retry_instruction
 
 if TYPE_CHECKING:
@@ -86,8 +88,12 @@ class UserTurns:
         sample: str = "",
         repeat: int,
         priority: int,
+        starts_conversation: bool = False,
+        usage: list[Usage] | None = None,
     ) -> tuple[str, str]:
-        """The user's message for this turn and its author."""
+        """The user's message for this turn and its author. A simulated turn appends the usage of
+        each call it took (re-asks included) to `usage`; `starts_conversation` has its first call
+        checked against --max-cost, as a conversation's first call is."""
         if self.scripted(planned):
             return planned.anchor, SCRIPT_AUTHOR  # type: ignore[return-value]
         if self.user_model is None:
@@ -98,6 +104,7 @@ class UserTurns:
         text = await simulate_user_turn(
             provider, self.user_model, self.scenario, planned, len(self.planned), conversation,
             call_label=call_label, sample=sample, repeat=repeat, priority=priority,
+            starts_conversation=starts_conversation, usage=usage,
         )
         return text, user_author(self.user_model)
 
@@ -114,9 +121,12 @@ async def simulate_user_turn(
     sample: str = "",
     repeat: int = 0,
     priority: int = 0,
+    starts_conversation: bool = False,
+    usage: list[Usage] | None = None,
 ) -> str:
     """One user turn written by the user model; an unusable message is shown back with what was
-    wrong and asked again, up to USER_TURN_ATTEMPTS times, then UserSimulationError."""
+    wrong and asked again, up to USER_TURN_ATTEMPTS times, then UserSimulationError. Each call's
+    token usage is appended to `usage`, if given."""
     request = build_user_messages(
         scenario, planned, total_turns, conversation, context_messages=user_model.user_context_messages
     )
@@ -132,7 +142,10 @@ async def simulate_user_turn(
             repeat=repeat,
             attempt=attempt,
             priority=priority,
+            starts_conversation=starts_conversation and attempt == 0,
         )
+        if usage is not None:
+            usage.append(completion.usage)
         try:
             return check_user_turn(completion.text)
         except ValueError as exc:

@@ -185,7 +185,8 @@ class ResultCase(_Record):
     trajectories: list[Trajectory] = Field(default_factory=list)
     """Per repeat: first validation and harm turns, the longest stretch without help, drift, recovery."""
     usage: dict[str, Usage] = Field(default_factory=dict)
-    """Tokens of the case's calls per role (target, judge), over all repeats; empty when it errored."""
+    """Tokens of the case's calls per role (target, judge, and user when a --user-model wrote user
+    turns), over all repeats; empty when it errored."""
     panel: ResultPanel | None = None
     """With a judge panel, every judge's votes; None with one judge."""
 

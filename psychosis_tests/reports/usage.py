@@ -1,5 +1,7 @@
 """Tokens and cost per model and role: the summary's usage table, in summary.json, summary.md and
-the terminal. Costs come from the `price:` of each model's entry in the models file."""
+the terminal. Roles: "target" (the model under test), "judge" (every judge of a panel together)
+and "user" (the --user-model writing simulated user turns). Costs come from the `price:` of each
+model's entry in the models file."""
 
 from __future__ import annotations
 
@@ -10,19 +12,24 @@ from psychosis_tests.inputs.usage import ROLES, Usage, cost
 def usage_rows(cases: list[dict], plan: Plan) -> list[dict]:
     """One row per (model, role) over the judged cases (an errored case's calls are not counted)."""
     totals: dict[tuple[str, str], Usage] = {}
+    user = plan.user_model
     for case in cases:
         for role, used in case.get("usage", {}).items():
             # Target calls went to the case's model, judge calls to the run's judge (a panel's
-            # judges together, under the panel's id); a role whose model the transcript does not
-            # name (a user simulator) is listed under the role.
-            key = ({"target": case["model"], "judge": plan.panel.id}.get(role, role), role)
+            # judges together, under the panel's id), user calls to the run's user model; a role
+            # whose model the plan does not name is listed under the role.
+            named = {"target": case["model"], "judge": plan.panel.id, "user": user.id if user else None}.get(role)
+            key = (named or role, role)
             totals[key] = totals.get(key, Usage()) + Usage.model_validate(used)
     # A panel's judge tokens are one total, so they are priced only when the panel is one judge.
     judges = {plan.panel.id: plan.panel.judges[0]} if len(plan.panel.judges) == 1 else {}
-    specs = {**{s.id: s for s in plan.targets}, **judges}
+    specs = {(s.id, "target"): s for s in plan.targets}
+    specs.update({(j, "judge"): spec for j, spec in judges.items()})
+    if user is not None:
+        specs[(user.id, "user")] = user
     rows = []
     for (model, role), used in sorted(totals.items(), key=lambda kv: (kv[0][0], ROLES.index(kv[0][1]))):
-        price = specs[model].price if model in specs else None
+        price = specs[(model, role)].price if (model, role) in specs else None
         rows.append(
             {
                 "model": model,
