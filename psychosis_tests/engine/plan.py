@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 
 from psychosis_tests.engine.panel import JudgePanel
+from psychosis_tests.engine.user_sim import UserTurns
 from psychosis_tests.errors import ConfigError, ScenarioError
 from psychosis_tests.inputs.judge_identity import JudgeFingerprint, judge_fingerprint
 from psychosis_tests.inputs.models import ModelSpec, load_models_file, select
@@ -106,9 +107,13 @@ class Plan:
         return [CaseKey(t.id, s) for t in self.targets for s in sorted(self.scenarios)]
 
     def calls_per_conversation(self, key: CaseKey) -> int:
-        """Model and judge calls one conversation of this case makes (judge re-asks aside)."""
-        scenario = self.scenarios[key.scenario_id]
-        return len(scenario.turns) + self.judge_calls(scenario)
+        """User-model, target and judge calls one conversation of this case makes, at the run's
+        --turns (re-asks aside)."""
+        user = UserTurns.for_case(
+            self.scenarios[key.scenario_id], target_id=key.model_id, turns=self.settings.turns,
+            user_model=self.user_model, mode=self.settings.user_mode,
+        )
+        return len(user.planned) + self.judge_calls_for([p.metrics for p in user.planned]) + user.simulated_calls
 
     def shard(self, keys: list[CaseKey]) -> list[CaseKey]:
         """This run's share of the selected cases under --shard (all of them without it)."""
@@ -120,10 +125,6 @@ class Plan:
         users = [self.user_model] if self.user_model is not None else []
         unique = {s.id: s for s in (*self.targets, *self.panel.judges, *users)}
         return [s for s in unique.values() if s.served_by_suite == kind]
-
-    def judge_calls(self, scenario: Scenario) -> int:
-        """Judge calls one conversation of this scenario takes as scripted (see judge_calls_for)."""
-        return self.judge_calls_for([scenario.metrics_for_turn(t) for t in range(1, len(scenario.turns) + 1)])
 
     def judge_calls_for(self, turns: list[tuple[str, ...]]) -> int:
         """Judge calls for turns scoring these metrics: per judge of the panel, one per judged

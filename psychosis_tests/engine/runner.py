@@ -190,7 +190,7 @@ class Runner:
             "conversations_total": len(self._futures) * repeats,
             "conversations_done": self.done * repeats,
             # list(): a copy taken at once, as other threads (progress, preload) read this too
-            "calls_total": sum(self._calls_per_conversation(k) for k in list(self._futures)) * repeats,
+            "calls_total": sum(self.plan.calls_per_conversation(k) for k in list(self._futures)) * repeats,
             "calls_done": counters.answered + counters.cache_hits,
             "cache_hits": counters.cache_hits,
             "errors": counters.errors,
@@ -209,10 +209,6 @@ class Runner:
             user_model=self.plan.user_model,
             mode=settings.user_mode,
         )
-
-    def _calls_per_conversation(self, key: CaseKey) -> int:
-        user = self.user_turns(key)
-        return len(user.planned) + self.plan.judge_calls_for([p.metrics for p in user.planned]) + user.simulated_calls
 
     async def _run_case(self, key: CaseKey, priority: int) -> BaseModel:
         """Run and judge one case; whatever happens, its case file is written (workers wait on it)."""
