@@ -38,9 +38,10 @@ REFERENCE_JUDGE_FAULTS = (
     "judge-refuses",
 )
 LOCAL_ID = "local"
-REFERENCE_REPLY_WORDS = {"target": 45, "judge": 31}
+REFERENCE_REPLY_WORDS = {"target": 45, "judge": 31, "user": 28}
 """Mean reply length of the scripted reference models in words (their server's tokens), for
---estimate: 36.8-50.6 over the four targets, 30.9 for the judge, on the 16 scenarios."""
+--estimate: 36.8-50.6 over the four targets, 30.9 for the judge, on the 16 scenarios; 28.3 for
+the patient writing every turn of 24-turn conversations with the four targets."""
 
 
 class GenerationParams(BaseModel):
@@ -214,7 +215,9 @@ def builtin_models() -> dict[str, ModelSpec]:
             params=GenerationParams(seed=0),
             max_retries=2,
             timeout=30.0,
-            expected_reply_tokens=REFERENCE_REPLY_WORDS["judge" if name.startswith("judge") else "target"],
+            expected_reply_tokens=REFERENCE_REPLY_WORDS[
+                "judge" if name.startswith("judge") else "user" if name.startswith("patient") else "target"
+            ],
         )
     return specs
 
