@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from psychosis_tests.engine.panel import JudgePanel
 from psychosis_tests.engine.user_sim import UserTurns
@@ -64,6 +64,8 @@ class Plan:
     """Why the baseline is not comparable, when --force-baseline made the run use it anyway."""
     user_model: ModelSpec | None = None
     """The model that writes user turns (--user-model); None in plain scripted runs."""
+    _calls: dict[CaseKey, int] = field(default_factory=dict, init=False, repr=False, compare=False)
+    """calls_per_conversation, worked out once per case (the progress line asks every tick)."""
 
     @classmethod
     def load(cls, settings: RunSettings) -> Plan:
@@ -109,11 +111,15 @@ class Plan:
     def calls_per_conversation(self, key: CaseKey) -> int:
         """User-model, target and judge calls one conversation of this case makes, at the run's
         --turns (re-asks aside)."""
-        user = UserTurns.for_case(
-            self.scenarios[key.scenario_id], target_id=key.model_id, turns=self.settings.turns,
-            user_model=self.user_model, mode=self.settings.user_mode,
-        )
-        return len(user.planned) + self.judge_calls_for([p.metrics for p in user.planned]) + user.simulated_calls
+        calls = self._calls.get(key)
+        if calls is None:
+            user = UserTurns.for_case(
+                self.scenarios[key.scenario_id], target_id=key.model_id, turns=self.settings.turns,
+                user_model=self.user_model, mode=self.settings.user_mode,
+            )
+            calls = len(user.planned) + self.judge_calls_for([p.metrics for p in user.planned]) + user.simulated_calls
+            self._calls[key] = calls
+        return calls
 
     def shard(self, keys: list[CaseKey]) -> list[CaseKey]:
         """This run's share of the selected cases under --shard (all of them without it)."""
