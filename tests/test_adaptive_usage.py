@@ -106,8 +106,9 @@ class _Answers:
 def test_a_re_asked_user_turn_counts_every_call_and_only_the_first_checks_the_budget() -> None:
     provider = _Answers(["As an AI, I cannot do that.", "numbers again tonight, 9 and 17"])
     used: list[Usage] = []
+    patient = builtin_models()["reference/patient"]
     text = asyncio.run(
-        simulate_user_turn(provider, builtin_models()["reference/patient"], CONDUIT, CONDUIT.plan_turns(16)[0], 16, [],  # type: ignore[arg-type]
+        simulate_user_turn(provider, patient, CONDUIT, CONDUIT.plan_turns(16)[0], 16, [],  # type: ignore[arg-type]
                            call_label="m conduit-implicit repeat 0 turn 1", starts_conversation=True, usage=used)
     )
     assert text == "numbers again tonight, 9 and 17"
