@@ -16,16 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from psychosis_tests import plugin_calibration
+from psychosis_tests.common.errors import CaseError, PsychosisBenchError
 from psychosis_tests.engine.plan import CaseKey
-from psychosis_tests.errors import CaseError, PsychosisBenchError
 from psychosis_tests.inputs.settings import ENV, resolve
-from psychosis_tests.plugin_calibration import (
+from psychosis_tests.pytest_side import calibration as calibration_plugin
+from psychosis_tests.pytest_side.calibration import (
     calibration_key,
     configure_calibration,
     is_calibration_run,
 )
-from psychosis_tests.plugin_results import (
+from psychosis_tests.pytest_side.results import (
     BENCHMARK_MODULE,
     RESULT_PROPERTY,
     ResultCollector,
@@ -33,13 +33,13 @@ from psychosis_tests.plugin_results import (
     print_estimate,
     write_progress,
 )
-from psychosis_tests.profile_snapshots import ProfileSnapshot, ProfileSnapshotExtension
-from psychosis_tests.pytest_setup import correct_setup, project_dir
+from psychosis_tests.pytest_side.rootdir import correct_setup, project_dir
+from psychosis_tests.pytest_side.snapshots import ProfileSnapshot, ProfileSnapshotExtension
 from psychosis_tests.reports.run_files import (
     case_payload,
     error_payload,
 )
-from psychosis_tests.session import BenchmarkSession, case_error_paragraph
+from psychosis_tests.sessions.benchmark import BenchmarkSession, case_error_paragraph
 
 CASE_FIXTURE = "psychosis_case"
 WORKER_INPUT = "psychosis_session"
@@ -131,10 +131,10 @@ def _freeze_until_exit() -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    plugin_calibration.register_marker(config)
+    calibration_plugin.register_marker(config)
     if not _is_benchmark_run(config):
         return
-    config.pluginmanager.register(plugin_calibration, "psychosis-calibration")
+    config.pluginmanager.register(calibration_plugin, "psychosis-calibration")
     if is_calibration_run(config):
         try:
             configure_calibration(config, _settings(config))
@@ -184,7 +184,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_report_header(config: pytest.Config) -> list[str]:
     session = config.stash.get(session_key, None)
     if config.stash.get(calibration_key, None) is not None:
-        return plugin_calibration.header_lines(config)
+        return calibration_plugin.header_lines(config)
     if session is None:
         return []
     plan = session.plan
@@ -200,7 +200,7 @@ def pytest_configure_node(node) -> None:
     session = node.config.stash.get(session_key, None)
     if session is not None:
         node.workerinput[WORKER_INPUT] = session.worker_payload()
-    plugin_calibration.configure_node(node)
+    calibration_plugin.configure_node(node)
 
 
 

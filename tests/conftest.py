@@ -20,3 +20,4 @@ import scipy.stats  # noqa: F401
 import psychosis_tests.analysis.stats  # noqa: F401
 import psychosis_tests.engine.providers  # noqa: F401
 import psychosis_tests.reports.allure  # noqa: F401
+import psychosis_tests.reports.allure_run  # noqa: F401

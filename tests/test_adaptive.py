@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from psychosis_tests.common.errors import UserSimulationError
 from psychosis_tests.engine.user_sim import SCRIPT_AUTHOR, UserTurns, case_seeded, simulate_user_turn
-from psychosis_tests.errors import UserSimulationError
 from psychosis_tests.inputs.method import stretch_phases
 from psychosis_tests.inputs.models import builtin_models
 from psychosis_tests.inputs.scenarios import load_scenarios
@@ -277,7 +277,7 @@ def test_adaptive_mode_needs_each_scenarios_persona(bench: Bench, pytester: pyte
 
 def test_a_small_judge_window_is_visible_in_the_case_file_header_and_transcript(bench: Bench) -> None:
     from psychosis_tests.analysis.outcome import CaseOutcome
-    from psychosis_tests.reports.html import transcript_html
+    from psychosis_tests.reports.html_case import transcript_html
 
     with ReferenceServer() as server:
         models = bench.write_models_file(

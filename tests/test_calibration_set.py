@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from psychosis_tests.errors import CalibrationError
+from psychosis_tests.common.errors import CalibrationError
 from psychosis_tests.inputs.calibration import (
     HARD_CASE_TAGS,
     applicable_metrics,

@@ -176,7 +176,7 @@ def test_the_summary_shows_over_caution_next_to_the_metrics() -> None:
 def test_control_limits_are_maxima_in_every_form(tmp_path: Path) -> None:
     import yaml
 
-    from psychosis_tests.errors import ThresholdsError
+    from psychosis_tests.common.errors import ThresholdsError
 
     raw = yaml.safe_load((REPO / "thresholds.yaml").read_text(encoding="utf-8"))
     path = tmp_path / "thresholds.yaml"

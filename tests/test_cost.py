@@ -17,7 +17,7 @@ from psychosis_tests.engine.cache import CachedResponse, ResponseCache
 from psychosis_tests.inputs.scenarios import load_scenarios
 from psychosis_tests.inputs.usage import Price, Usage, cost, total
 from psychosis_tests.plugin import BENCHMARK_MODULE
-from psychosis_tests.reports.html import transcript_html
+from psychosis_tests.reports.html_case import transcript_html
 from psychosis_tests.reports.usage import usage_lines
 from psychosis_tests.servers.reference_server import ReferenceServer
 

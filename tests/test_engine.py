@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from psychosis_tests.analysis.outcome import CaseOutcome, evaluate_case
+from psychosis_tests.common.errors import ModelCallError, ReplayMissError, VerdictError
 from psychosis_tests.engine.cache import CachedResponse, ResponseCache, cache_key
 from psychosis_tests.engine.conversation import run_conversation
 from psychosis_tests.engine.judge import judge_reply
@@ -26,7 +27,6 @@ from psychosis_tests.engine.panel import JudgePanel
 from psychosis_tests.engine.plan import CaseKey, Plan
 from psychosis_tests.engine.providers import Completion, Provider
 from psychosis_tests.engine.runner import Runner
-from psychosis_tests.errors import ModelCallError, ReplayMissError, VerdictError
 from psychosis_tests.inputs.models import GenerationParams, ModelSpec
 from psychosis_tests.inputs.rubric import parse_verdict, read_judge_request
 from psychosis_tests.inputs.scenarios import Phase, load_scenario_file

@@ -25,9 +25,9 @@ import yaml
 
 import psychosis_tests.plugin
 from psychosis_tests.analysis.outcome import evaluate_case
+from psychosis_tests.common.errors import CaseError, inert, redact
 from psychosis_tests.engine.plan import CaseKey, Plan
 from psychosis_tests.engine.runner import HEARTBEAT_FILE, Runner, case_file as engine_case_file, wait_for_case_file
-from psychosis_tests.errors import CaseError, inert, redact
 from psychosis_tests.inputs.settings import (
     ENV_CACHE_MODE,
     ENV_JUDGE,
@@ -414,8 +414,8 @@ def provider_call(spec_fields: dict) -> str:
     """The ModelCallError message of one call through the engine's provider."""
     import asyncio
 
+    from psychosis_tests.common.errors import ModelCallError
     from psychosis_tests.engine.providers import Provider
-    from psychosis_tests.errors import ModelCallError
     from psychosis_tests.inputs.models import ModelSpec
 
     async def call() -> str:
@@ -455,7 +455,7 @@ def test_a_refused_connection_names_its_cause_and_attempts() -> None:
 def test_the_transcript_caps_a_huge_reply_and_marks_a_cut_one(tmp_path: Path) -> None:
     from psychosis_tests.engine.conversation import Transcript, Turn
     from psychosis_tests.inputs.scenarios import load_scenario_file
-    from psychosis_tests.reports.html import REPLY_CHARS, transcript_html
+    from psychosis_tests.reports.html_case import REPLY_CHARS, transcript_html
 
     scenario = load_scenario_file(REPO / "scenarios" / f"{CASE}.yaml")
     turns = [

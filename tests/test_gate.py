@@ -23,12 +23,12 @@ import yaml
 
 from psychosis_tests.analysis.gate import check
 from psychosis_tests.analysis.scoring import phase_metrics
+from psychosis_tests.common.errors import ModelCallError, ThresholdsError, UnscoredPhaseError, VerdictError
 from psychosis_tests.engine import judge as judge_module
 from psychosis_tests.engine.cache import CachedResponse, ResponseCache
 from psychosis_tests.engine.conversation import Transcript, Turn
 from psychosis_tests.engine.judge import judge_reply
 from psychosis_tests.engine.providers import Completion, Provider
-from psychosis_tests.errors import ModelCallError, ThresholdsError, UnscoredPhaseError, VerdictError
 from psychosis_tests.inputs.models import REFERENCE_JUDGE_FAULTS, ModelSpec, builtin_models
 from psychosis_tests.inputs.results_file import RESULTS_FORMAT, ResultsFile, results_document
 from psychosis_tests.inputs.rubric import (
@@ -525,7 +525,7 @@ def test_summary_csv_cells_from_endpoint_text_cannot_become_formulas(tmp_path: P
 
 def test_the_phase_table_shows_each_limit_as_written() -> None:
     from psychosis_tests.analysis.outcome import CaseOutcome
-    from psychosis_tests.reports.html import phase_table_html
+    from psychosis_tests.reports.html_case import phase_table_html
 
     transcript = scored_transcript(uniform([2, 0, 0], [2, 0, 0], [0, 1, 1]))
     metrics = phase_metrics(SCENARIO, [transcript])

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 import psychosis_tests.plugin
-import psychosis_tests.session
+import psychosis_tests.sessions.benchmark
 from psychosis_tests.analysis.outcome import evaluate_case
 from psychosis_tests.inputs.rubric import RUBRIC_VERSION
 from psychosis_tests.inputs.settings import ENV_CACHE_MODE, ENV_JUDGE, ENV_MODELS, ENV_MODELS_FILE, ENV_REPEATS
@@ -149,7 +149,7 @@ def test_a_case_ended_by_any_exception_is_in_every_report(
             raise KeyError("no such phase: 'epilogue'")
         return evaluate_case(plan, key, transcripts, seconds)
 
-    monkeypatch.setattr(psychosis_tests.session, "evaluate_case", evaluate)
+    monkeypatch.setattr(psychosis_tests.sessions.benchmark, "evaluate_case", evaluate)
     result = run(pytester, "--model", "reference/guardian", "--judge", "reference/judge", "-k", "conduit and not control", *xdist)
     result.assert_outcomes(passed=1, errors=1)
     error = "KeyError: \"no such phase: 'epilogue'\""

@@ -1,4 +1,5 @@
-"""The package's layout: its layers import only downward, and no module imports itself back.
+"""The package's layout: its layers import only downward, no module imports itself back, and the
+top level holds only the modules users name.
 
 The layers are the import-linter contract in pyproject.toml (docs/architecture.md draws them);
 the cycle check walks the whole import graph, lazy imports inside functions included.
@@ -8,12 +9,16 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import grimp
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = "psychosis_tests"
+TOP_LEVEL = {"__init__.py", "__main__.py", "plugin.py", "test_benchmark.py", "test_judge_calibration.py"}
+"""The modules whose import paths are public: the pytest11 entry point and conftest.py's
+pytest_plugins (plugin), `python -m psychosis_tests`, and the test modules users run."""
 
 
 def _cycles(graph: grimp.ImportGraph) -> list[list[str]]:
@@ -79,3 +84,19 @@ def test_layers_import_only_downward() -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 kept, 0 broken" in result.stdout
+
+
+def test_the_top_level_holds_only_the_plugin_the_test_modules_and_the_command_line() -> None:
+    assert {path.name for path in (REPO / PACKAGE).glob("*.py")} == TOP_LEVEL
+
+
+def test_every_subpackage_is_a_layer_and_is_installed() -> None:
+    """A folder missing from the contract would escape the layers check; one missing from
+    setuptools' packages would be missing from the installed package."""
+    config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    subpackages = {path.parent.name for path in (REPO / PACKAGE).glob("*/*.py")}
+    assert {"inputs", "engine", "sessions", "common"} <= subpackages
+    (contract,) = config["tool"]["importlinter"]["contracts"]
+    named = {module.strip() for layer in contract["layers"] for module in layer.split("|")}
+    assert {f"{PACKAGE}.{name}" for name in subpackages} <= named
+    assert set(config["tool"]["setuptools"]["packages"]) == {PACKAGE, *(f"{PACKAGE}.{name}" for name in subpackages)}

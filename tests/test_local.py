@@ -15,7 +15,7 @@ import openai
 import pytest
 from pydantic import BaseModel, Field
 
-from psychosis_tests.errors import LocalModelError, LocalServerError
+from psychosis_tests.common.errors import LocalModelError, LocalServerError
 from psychosis_tests.servers.local import (
     LocalServerConfig,
     check_gguf,

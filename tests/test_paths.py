@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import psychosis_tests.plugin
-from psychosis_tests.errors import ConfigError
+from psychosis_tests.common.errors import ConfigError
 from psychosis_tests.inputs.settings import ENV, resolve
 
 pytest_plugins = ["pytester"]

@@ -32,7 +32,7 @@ from psychosis_tests.analysis.baseline import (
     profile_changes,
     tolerance_from_file,
 )
-from psychosis_tests.errors import BaselineError, ThresholdsError
+from psychosis_tests.common.errors import BaselineError, ThresholdsError
 from psychosis_tests.inputs.results_file import (
     Baseline,
     ResultPhase,

@@ -33,17 +33,16 @@ from psychosis_tests.inputs.settings import (
     ENV_REPEATS,
 )
 from psychosis_tests.inputs.thresholds import load_thresholds
-from psychosis_tests.reports.allure import (
-    CASE_IDS_LABEL,
+from psychosis_tests.reports.allure import CASE_IDS_LABEL, case_history_id, scenario_test_case_id
+from psychosis_tests.reports.allure_run import (
     CATEGORIES,
     SUMMARY_HISTORY_ID,
-    case_history_id,
     environment_properties,
     executor_info,
-    scenario_test_case_id,
     write_allure_summary,
 )
-from psychosis_tests.reports.html import phase_table_html, summary_html, transcript_html
+from psychosis_tests.reports.html_case import phase_table_html, transcript_html
+from psychosis_tests.reports.html_summary import summary_html
 from psychosis_tests.reports.plots import (
     model_bars_png,
     phase_trajectories_png,

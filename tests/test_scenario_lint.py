@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from psychosis_tests.errors import ScenarioError
+from psychosis_tests.common.errors import ScenarioError
 from psychosis_tests.inputs.explicit_terms import (
     BELIEF_TERMS,
     DIAGNOSIS_TERMS,

@@ -12,11 +12,11 @@ import pytest
 import yaml
 
 from psychosis_tests import __main__ as cli
-from psychosis_tests.errors import ConfigError
+from psychosis_tests.common.errors import ConfigError
 from psychosis_tests.inputs.scenarios import load_scenarios
 from psychosis_tests.inputs.shards import ShardSpec, assign
-from psychosis_tests.merge import copy_allure_results
 from psychosis_tests.plugin import BENCHMARK_MODULE, session_key
+from psychosis_tests.reports.allure_run import copy_allure_results
 from psychosis_tests.servers.reference_server import ReferenceServer
 
 pytest_plugins = ["pytester"]

@@ -12,7 +12,7 @@ from psychosis_tests.engine.conversation import Transcript, Turn
 from psychosis_tests.inputs.results_file import load_results
 from psychosis_tests.inputs.rubric import Verdict
 from psychosis_tests.inputs.thresholds import TrajectoryLimits
-from psychosis_tests.reports.html import summary_html
+from psychosis_tests.reports.html_summary import summary_html
 from tests.test_plugin import THRESHOLDS, Bench, _clean_environment, bench  # noqa: F401
 
 pytest_plugins = ["pytester"]

@@ -16,7 +16,7 @@ from fractions import Fraction
 from pydantic import BaseModel
 
 from psychosis_tests.analysis.scoring import PhaseMetric
-from psychosis_tests.errors import UnscoredPhaseError
+from psychosis_tests.common.errors import UnscoredPhaseError
 from psychosis_tests.inputs.method import HIGHER_IS_WORSE, METRICS, OCC, PHASE_TITLES
 from psychosis_tests.inputs.scenarios import Scenario
 from psychosis_tests.inputs.thresholds import Thresholds, fraction_text

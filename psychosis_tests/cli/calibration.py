@@ -58,8 +58,8 @@ def add_calibrate_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def calibrate(args: argparse.Namespace) -> int:
-    from psychosis_tests.calibration_session import CalibrationSession
     from psychosis_tests.reports.calibration import MARKDOWN_FILE, terminal_lines
+    from psychosis_tests.sessions.calibration import CalibrationSession
 
     values = {
         "judge": args.judge, "models_file": args.models_file, "scenarios": args.scenarios,
@@ -76,7 +76,7 @@ def calibrate(args: argparse.Namespace) -> int:
     print("\n".join(terminal_lines(result)))
     print(f"run folder: {session.run_dir}")
     if args.alluredir is not None:
-        from psychosis_tests.reports.allure import write_allure_calibration
+        from psychosis_tests.reports.allure_run import write_allure_calibration
 
         args.alluredir.mkdir(parents=True, exist_ok=True)
         markdown = (session.run_dir / MARKDOWN_FILE).read_text(encoding="utf-8")

@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from psychosis_tests.errors import VerdictError
+from psychosis_tests.common.errors import VerdictError
 from psychosis_tests.inputs.rubric import (
     RUBRIC_VERSION,
     Verdict,

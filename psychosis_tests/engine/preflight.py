@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from psychosis_tests.errors import ModelsFileError
+from psychosis_tests.common.errors import ModelsFileError
 from psychosis_tests.inputs.models import ModelSpec
 
 CONNECT_TIMEOUT = 3.0

@@ -27,7 +27,7 @@ import openai
 from psychosis_tests.engine.cache import CachedResponse, ResponseCache, cache_key
 from psychosis_tests.engine.limits import PriorityLimiter
 from psychosis_tests.engine.wire import BadReply, Reply, read_reply
-from psychosis_tests.errors import BudgetError, ModelCallError, ReplayMissError, inert, redact
+from psychosis_tests.common.errors import BudgetError, ModelCallError, ReplayMissError, inert, redact
 from psychosis_tests.inputs.models import ModelSpec
 from psychosis_tests.inputs.settings import CacheMode
 from psychosis_tests.inputs.usage import Usage, cost

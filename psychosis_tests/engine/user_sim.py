@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from psychosis_tests.errors import UserSimulationError
+from psychosis_tests.common.errors import UserSimulationError
 from psychosis_tests.inputs.models import ModelSpec
 from psychosis_tests.inputs.scenarios import PlannedTurn, Scenario
 from psychosis_tests.inputs.usage import Usage

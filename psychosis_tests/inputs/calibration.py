@@ -17,7 +17,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
-from psychosis_tests.errors import CalibrationError
+from psychosis_tests.common.errors import CalibrationError
 from psychosis_tests.inputs.method import METRIC_FIRST_PHASE
 from psychosis_tests.inputs.scenarios import Scenario
 

@@ -22,6 +22,13 @@ PHASE_TITLES: dict[str, str] = {
     "solidification": "solidification",
     "behavioural-enactment": "behavioural enactment",
 }
+
+
+def phase_title(name: str) -> str:
+    """A phase's name as reports print it ("pattern seeking"); a name the method lacks, as given."""
+    return PHASE_TITLES.get(name, name)
+
+
 # The first phase (1-based) from which each metric is scored.
 METRIC_FIRST_PHASE: dict[str, int] = {"dcs": 2, "hes": 3, "sis": 3}
 

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from psychosis_tests.errors import MissingKeyError, ModelsFileError
+from psychosis_tests.common.errors import MissingKeyError, ModelsFileError
 from psychosis_tests.inputs.usage import Price
 from psychosis_tests.inputs.yaml_files import read_yaml
 

@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError, ValidationInfo, model_validator
 
-from psychosis_tests.errors import BaselineError
+from psychosis_tests.common.errors import BaselineError
 from psychosis_tests.inputs.judge_identity import JudgeFingerprint
 from psychosis_tests.inputs.method import PHASE_NAMES, JudgedMetric
 from psychosis_tests.inputs.usage import Usage

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
-from psychosis_tests.errors import ScenarioError
+from psychosis_tests.common.errors import ScenarioError
 from psychosis_tests.inputs.method import (
     CONTROL_METRIC_FIRST_PHASE,
     METRIC_FIRST_PHASE,

@@ -31,7 +31,7 @@ from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, Field, model_validator
 
-from psychosis_tests.errors import ConfigError
+from psychosis_tests.common.errors import ConfigError
 from psychosis_tests.inputs.method import MAX_TURNS
 from psychosis_tests.inputs.models import LOCAL_ID, REFERENCE_PREFIX, is_builtin
 from psychosis_tests.inputs.shards import ShardSpec

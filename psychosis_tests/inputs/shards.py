@@ -17,7 +17,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, Field, model_validator
 
-from psychosis_tests.errors import ConfigError
+from psychosis_tests.common.errors import ConfigError
 
 T = TypeVar("T")
 _FORM = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")

@@ -27,7 +27,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
-from psychosis_tests.errors import ThresholdsError
+from psychosis_tests.common.errors import ThresholdsError
 from psychosis_tests.inputs.method import (
     CONTROL_METRIC_FIRST_PHASE,
     HIGHER_IS_WORSE,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from psychosis_tests.errors import ConfigError
+from psychosis_tests.common.errors import ConfigError
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 """libyaml's safe loader where PyYAML was built with it: the scenarios load about ten times faster

@@ -17,7 +17,7 @@ import pytest
 from psychosis_tests.inputs.settings import RunSettings
 
 if TYPE_CHECKING:  # scikit-learn and scipy load only when a calibration runs
-    from psychosis_tests.calibration_session import CalibrationSession
+    from psychosis_tests.sessions.calibration import CalibrationSession
 
 CALIBRATION_MARK = "judge_calibration"
 WORKER_INPUT = "psychosis_calibration_run"
@@ -45,7 +45,7 @@ def _alluredir(config: pytest.Config) -> str | None:
 
 def configure_calibration(config: pytest.Config, settings: RunSettings) -> None:
     """Validate the calibration inputs (ConfigError on bad ones); the controller starts judging now."""
-    from psychosis_tests.calibration_session import CalibrationSession
+    from psychosis_tests.sessions.calibration import CalibrationSession
 
     # A command-line option only (no environment variable, so no ini key): a relative path is
     # taken from the working directory, the default from the project folder (pytest's rootdir).
@@ -99,7 +99,7 @@ def psychosis_calibration(request: pytest.FixtureRequest):
     result = calibration.result()
     alluredir = _alluredir(request.config)
     if alluredir and not hasattr(request.config, "workerinput"):
-        from psychosis_tests.reports.allure import write_allure_calibration
+        from psychosis_tests.reports.allure_run import write_allure_calibration
         from psychosis_tests.reports.calibration import MARKDOWN_FILE
 
         markdown = (calibration.run_dir / MARKDOWN_FILE).read_text(encoding="utf-8")

@@ -14,9 +14,9 @@ from psychosis_tests.engine.plan import CaseKey
 from psychosis_tests.engine.progress import ProgressReporter
 from psychosis_tests.reports.run_files import preload_statistics, write_run_results
 from psychosis_tests.reports.tables import terminal_table
-from psychosis_tests.session import BenchmarkSession
+from psychosis_tests.sessions.benchmark import BenchmarkSession
 
-BENCHMARK_MODULE = Path(__file__).with_name("test_benchmark.py").resolve()
+BENCHMARK_MODULE = Path(__file__).resolve().parents[1] / "test_benchmark.py"
 PRELOAD_AT_SHARE = 0.6
 """The statistics libraries are imported once the first case has reported, or once this share of
 the run's calls is done if that comes first (runs whose cases all finish together, at the end)."""
@@ -162,7 +162,7 @@ class ResultCollector:
         self.summary = write_run_results(self.bench, extra_metadata={"spent_usd": round(self.bench.spent, 6)})
         alluredir = _alluredir(session.config)
         if alluredir:
-            from psychosis_tests.reports.allure import write_allure_summary
+            from psychosis_tests.reports.allure_run import write_allure_summary
 
             write_allure_summary(Path(alluredir), self.summary, self.bench.run_dir)
 

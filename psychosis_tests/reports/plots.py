@@ -7,8 +7,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from psychosis_tests.inputs.method import METRICS, PHASE_NAMES
-from psychosis_tests.reports.html import _phase_title
+from psychosis_tests.inputs.method import METRICS, PHASE_NAMES, phase_title
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -86,7 +85,7 @@ def turn_plot_png(outcome: CaseOutcome, scenario: Scenario) -> bytes:
             axes.axvline(index + 0.5, color="#888888", linestyle="--", linewidth=1)
     for number, phase in enumerate(scenario.phases, start=1):
         turns = [t for t, p in enumerate(phase_of_turn, start=1) if p == number]
-        axes.text((turns[0] + turns[-1]) / 2, 2.3, _phase_title(phase.name), ha="center", fontsize=8, color="#555555")
+        axes.text((turns[0] + turns[-1]) / 2, 2.3, phase_title(phase.name), ha="center", fontsize=8, color="#555555")
     if outcome.trajectories:
         _mark_trajectory(axes, outcome.trajectories[0], [t.turn for t in played if t.verdict and t.verdict.sis is not None],
                          {t.turn: t.verdict.sis for t in played if t.verdict and t.verdict.sis is not None})
@@ -201,7 +200,7 @@ def phase_trajectories_png(summary: Mapping[str, Any]) -> bytes:
                 axes.plot([p for p, _ in points], [v for _, v in points], marker="o", label=_plain(model))
         axes.set_xticks(
             range(1, len(PHASE_NAMES) + 1),
-            [_phase_title(name).replace(" ", "\n") for name in PHASE_NAMES],
+            [phase_title(name).replace(" ", "\n") for name in PHASE_NAMES],
             fontsize=8,
         )
         axes.set_xlim(0.7, len(PHASE_NAMES) + 0.3)

@@ -20,7 +20,7 @@ from types import TracebackType
 
 from pydantic import BaseModel, Field
 
-from psychosis_tests.errors import LocalModelError, LocalServerError
+from psychosis_tests.common.errors import LocalModelError, LocalServerError
 
 HOST = "127.0.0.1"
 GGUF_MAGIC = b"GGUF"

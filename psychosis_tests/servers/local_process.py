@@ -39,7 +39,7 @@ from typing import Any, TextIO
 
 from pydantic import ValidationError
 
-from psychosis_tests.errors import LocalModelError
+from psychosis_tests.common.errors import LocalModelError
 from psychosis_tests.servers.local import (
     EXIT_MODEL_UNUSABLE,
     EXIT_SERVER_FAILED,

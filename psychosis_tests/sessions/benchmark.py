@@ -15,11 +15,11 @@ from pathlib import Path
 
 from psychosis_tests import __version__
 from psychosis_tests.analysis.outcome import CaseOutcome, evaluate_case
+from psychosis_tests.common.errors import CaseError, ReplayMissError, UncalibratedJudgeError, VerdictError
 from psychosis_tests.engine.plan import CaseKey, Plan
 from psychosis_tests.engine.preflight import check_endpoints
 from psychosis_tests.engine.progress import format_line
 from psychosis_tests.engine.runner import Runner, wait_for_case_file
-from psychosis_tests.errors import CaseError, ReplayMissError, UncalibratedJudgeError, VerdictError
 from psychosis_tests.inputs.calibration_result import CalibrationResult, calibration_line, find_calibration
 from psychosis_tests.inputs.models import ModelSpec
 from psychosis_tests.inputs.settings import RunSettings

@@ -16,9 +16,9 @@ from pathlib import Path
 
 from psychosis_tests.analysis.agreement import BOOTSTRAP_RESAMPLES
 from psychosis_tests.analysis.calibration import calibration_result
+from psychosis_tests.common.errors import CaseError, ConfigError
 from psychosis_tests.engine.calibration_run import judge_calibration_set
 from psychosis_tests.engine.panel import JudgePanel
-from psychosis_tests.errors import CaseError, ConfigError
 from psychosis_tests.inputs.calibration import CalibrationSet, load_calibration
 from psychosis_tests.inputs.calibration_result import (
     CALIBRATION_FILE,
@@ -30,7 +30,7 @@ from psychosis_tests.inputs.scenarios import load_scenarios
 from psychosis_tests.inputs.settings import RunSettings
 from psychosis_tests.inputs.thresholds import Thresholds, load_thresholds
 from psychosis_tests.reports.calibration import write_calibration_files
-from psychosis_tests.session import new_run_id, start_local_servers
+from psychosis_tests.sessions.benchmark import new_run_id, start_local_servers
 
 MAX_JUDGE_REPEATS = 20
 ERROR_FILE = "calibration-error.txt"

@@ -1,29 +1,27 @@
-"""`python -m psychosis_tests merge RUN... --out DIR`: the shards of one run pooled into one run.
+"""The shards of one run pooled into one run, without pytest (the `merge` command, cli/merge.py).
 
-Each RUN is a run folder a `pytest --shard K/N` job (or a job of a per-model matrix) wrote. The
-merge checks that the runs make one run (no case twice, no shard missing or given twice, the
+Each run folder given is one a `pytest --shard K/N` job (or a job of a per-model matrix) wrote.
+The merge checks that the runs make one run (no case twice, no shard missing or given twice, the
 same scenario set, judge, rubric and repeats), then pools every case's per-turn verdicts from
 the transcripts in the runs' case files and scores them again exactly as a run in one job does:
 phase metrics, thresholds, the --baseline comparison, the benchmark statistics. Shard summaries
 are never averaged. It writes an ordinary run folder (results.json, summary.json/.csv/.md,
-cases/), optionally one Allure results folder, and exits 0 when every case passed, 1 when any
-failed or errored, 2 when the runs cannot be merged (with a one-line reason).
+cases/); the shards' Allure results are carried over by reports.allure_run. A set of runs that
+cannot be merged raises MergeError with a one-line reason.
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import shutil
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from psychosis_tests.analysis.outcome import CaseOutcome, evaluate_case
+from psychosis_tests.common.errors import MergeError
 from psychosis_tests.engine.panel import JudgePanel
 from psychosis_tests.engine.plan import CaseKey, Plan
-from psychosis_tests.errors import MergeError
 from psychosis_tests.inputs.calibration_result import CalibrationResult
 from psychosis_tests.inputs.models import load_models_file, select
 from psychosis_tests.inputs.results_file import ResultsFile, load_results, results_path
@@ -31,7 +29,6 @@ from psychosis_tests.inputs.scenarios import load_scenarios, scenario_set_hash
 from psychosis_tests.inputs.settings import RunSettings
 from psychosis_tests.inputs.thresholds import file_hash, load_thresholds
 from psychosis_tests.reports.run_files import CaseRecord, case_payload, error_payload, write_run_results
-from psychosis_tests.reports.tables import terminal_table
 
 BENCHMARK_NODE = "psychosis_tests/test_benchmark.py::test_case[{}]"
 """The node id a case has in a run started from the repository root (older results lack it)."""
@@ -250,78 +247,3 @@ def merge_runs(paths: list[Path], out: Path, inputs: MergeInputs) -> tuple[dict,
         merged, extra_metadata={"spent_usd": spent, "merged_from": [r.name for r in runs], **calibration}
     )
     return summary, notes
-
-
-def copy_allure_results(sources: list[Path], alluredir: Path, outcomes: dict[tuple[str, str], str]) -> None:
-    """The shards' Allure results, without their own summaries and report metadata (merge writes
-    one summary for the whole run). A case whose merged outcome differs from what its shard
-    recorded (other thresholds or baseline now) gets the merged status and says so."""
-    from psychosis_tests.reports.allure import SUMMARY_HISTORY_ID, case_history_id
-
-    status_of = {"passed": "passed", "failed": "failed", "error": "broken"}
-    by_history = {case_history_id(model, scenario): outcome for (model, scenario), outcome in outcomes.items()}
-    alluredir.mkdir(parents=True, exist_ok=True)
-    for source in sources:
-        skipped: set[str] = {"environment.properties", "executor.json", "categories.json"}
-        for result in source.glob("*-result.json"):
-            data = json.loads(result.read_text(encoding="utf-8"))
-            if data.get("historyId") == SUMMARY_HISTORY_ID:
-                skipped |= {result.name, *(a["source"] for a in data.get("attachments", []))}
-                continue
-            merged = by_history.get(data.get("historyId", ""))
-            if merged is not None and data.get("status") != status_of[merged]:
-                details = data.setdefault("statusDetails", {}) or {}
-                details["message"] = f"merge: {merged} when scored again ({data.get('status')} in its shard)\n" + (
-                    details.get("message") or ""
-                )
-                data.update(status=status_of[merged], statusDetails=details)
-                (alluredir / result.name).write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
-                skipped.add(result.name)
-        for path in source.iterdir():
-            if path.is_file() and path.name not in skipped:
-                shutil.copyfile(path, alluredir / path.name)
-
-
-# -- the command line -------------------------------------------------------------------------
-def add_merge_command(commands: argparse._SubParsersAction) -> None:
-    merge = commands.add_parser(
-        "merge",
-        help="pool the run folders of a sharded run into one run; exit 1 when any case failed or errored",
-        description="Pool the per-turn verdicts of the runs (e.g. `pytest --shard K/N` jobs), score them again "
-        "and write one run folder. Exit status: 0 every case passed, 1 a case failed or errored, "
-        "2 the runs cannot be merged (overlap, a missing shard, another scenario set, judge or rubric).",
-    )
-    merge.add_argument("runs", type=Path, nargs="+", metavar="RUN", help="a shard's run folder (or its results.json)")
-    merge.add_argument("--out", type=Path, required=True, metavar="DIR", help="the merged run folder to write (new or empty)")
-    merge.add_argument("--models-file", type=Path, default=Path("models.yaml"), metavar="PATH", help="models file (prices, model names); default: models.yaml")
-    merge.add_argument("--scenarios", type=Path, default=Path("scenarios"), metavar="PATH", help="the scenarios the shards ran; default: scenarios/")
-    merge.add_argument("--thresholds", type=Path, default=Path("thresholds.yaml"), metavar="PATH", help="thresholds to gate with; default: thresholds.yaml")
-    merge.add_argument("--baseline", type=Path, metavar="PATH", help="compare each case with this earlier run (folder or results.json)")
-    merge.add_argument("--force-baseline", action="store_true", help="use --baseline even if its scenario set or judge differs")
-    merge.add_argument("--alluredir", type=Path, metavar="DIR", help="write one Allure results folder for the merged run here")
-    merge.add_argument(
-        "--allure-from", type=Path, action="append", default=[], metavar="DIR",
-        help="a shard's Allure results folder whose case results go into --alluredir (repeatable)",
-    )
-
-
-def run_merge(args: argparse.Namespace) -> int:
-    """The `merge` command; ConfigError (exit 2) is left to the caller."""
-    inputs = MergeInputs(args.models_file, args.scenarios, args.thresholds, args.baseline, args.force_baseline)
-    summary, notes = merge_runs(list(args.runs), args.out, inputs)
-    if args.alluredir is not None:
-        from psychosis_tests.reports.allure import write_allure_summary
-
-        outcomes = {(c["model"], c["scenario"]): c["outcome"] for c in summary["cases"]}
-        copy_allure_results(list(args.allure_from), args.alluredir, outcomes)
-        write_allure_summary(args.alluredir, summary, args.out)
-    for line in [*notes, *terminal_table(summary)]:
-        print(line)
-    cases = summary["cases"]
-    bad = [c for c in cases if c["outcome"] != "passed"]
-    print(f"merged {len(args.runs)} run(s), {len(cases)} cases, into {args.out}")
-    if bad:
-        failed = sum(1 for c in bad if c["outcome"] == "failed")
-        print(f"{failed} case(s) failed and {len(bad) - failed} errored", file=sys.stderr)
-        return 1
-    return 0

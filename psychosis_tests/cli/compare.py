@@ -1,0 +1,95 @@
+"""`python -m psychosis_tests compare OLD NEW`: a markdown regression table of run NEW against
+baseline run OLD (for a pull-request comment); exit 1 when anything regressed, 0 when nothing did."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from psychosis_tests.analysis.baseline import (
+    compare_runs,
+    effective_tolerance,
+    tolerance_from_file,
+)
+from psychosis_tests.inputs.method import METRIC_MAX, METRICS
+from psychosis_tests.inputs.results_file import Baseline, check_compatible, load_results
+from psychosis_tests.inputs.thresholds import RegressionSettings
+from psychosis_tests.reports.tables import comparison_markdown
+
+EXIT_OK, EXIT_REGRESSED = 0, 1
+DEFAULT_THRESHOLDS = Path("thresholds.yaml")
+
+
+def _tolerance_item(text: str) -> tuple[str, float]:
+    """METRIC=VALUE, e.g. hes=0.5."""
+    metric, _, value = text.partition("=")
+    metric = metric.strip().lower()
+    if metric not in METRICS:
+        raise argparse.ArgumentTypeError(f"{text!r}: metric must be one of {', '.join(METRICS)} (METRIC=VALUE)")
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected METRIC=VALUE with a number, e.g. hes=0.5") from None
+    if not 0 <= number <= METRIC_MAX[metric]:
+        raise argparse.ArgumentTypeError(f"{text!r}: {metric} tolerance must lie in 0..{METRIC_MAX[metric]:g}")
+    return metric, number
+
+
+def add_compare_command(commands: argparse._SubParsersAction) -> None:
+    compare = commands.add_parser(
+        "compare",
+        help="markdown regression table of NEW against baseline OLD; exit 1 when anything regressed",
+        description="Compare every case of run NEW with baseline run OLD per phase and metric. "
+        "Exit status: 0 nothing regressed, 1 something regressed, 2 bad input.",
+    )
+    compare.add_argument("old", type=Path, metavar="OLD", help="baseline: a run folder or its results.json")
+    compare.add_argument("new", type=Path, metavar="NEW", help="the run to check: a run folder or its results.json")
+    compare.add_argument(
+        "--thresholds",
+        type=Path,
+        metavar="PATH",
+        help=f"take regression tolerances from this thresholds file (default: ./{DEFAULT_THRESHOLDS} if it exists, "
+        "else the built-in defaults)",
+    )
+    compare.add_argument(
+        "--tolerance",
+        type=_tolerance_item,
+        action="append",
+        default=[],
+        metavar="METRIC=VALUE",
+        help="override one metric's tolerance, e.g. --tolerance hes=0.5 (repeatable)",
+    )
+    compare.add_argument("--force", action="store_true", help="compare even across scenario sets or judges")
+    compare.add_argument("--all", action="store_true", help="list unchanged phase metrics too")
+
+
+def _tolerance(args: argparse.Namespace) -> tuple[dict[str, float], str]:
+    """The tolerances and where they came from."""
+    if args.thresholds is not None:
+        tolerance, source = tolerance_from_file(args.thresholds), str(args.thresholds)
+    elif DEFAULT_THRESHOLDS.exists():
+        tolerance, source = tolerance_from_file(DEFAULT_THRESHOLDS), str(DEFAULT_THRESHOLDS)
+    else:
+        tolerance, source = effective_tolerance(RegressionSettings()), "built-in defaults"
+    if args.tolerance:
+        tolerance.update(dict(args.tolerance))
+        source += " and --tolerance"
+    return tolerance, source
+
+
+def compare(args: argparse.Namespace) -> int:
+    """The `compare` command; ConfigError (exit 2) is left to the caller."""
+    baseline = Baseline.load(args.old)
+    current = load_results(args.new)
+    mismatches = check_compatible(
+        baseline,
+        scenario_set_hash=current.run.scenario_set_hash,
+        judge=current.run.judge,
+        judge_model=current.run.judge_model,
+        force=args.force,
+        force_hint="--force",
+    )
+    tolerance, source = _tolerance(args)
+    result = compare_runs(baseline, current, tolerance, mismatches=mismatches)
+    print("\n".join(comparison_markdown(result, show_all=args.all, tolerance_source=source)))
+    return EXIT_REGRESSED if result.count("regression") else EXIT_OK

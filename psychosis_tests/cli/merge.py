@@ -1,0 +1,57 @@
+"""`python -m psychosis_tests merge RUN... --out DIR`: the command line of sessions.merge.
+
+Exit status: 0 every case passed, 1 a case failed or errored, 2 the runs cannot be merged
+(a ConfigError, left to __main__)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from psychosis_tests.reports.tables import terminal_table
+from psychosis_tests.sessions.merge import MergeInputs, merge_runs
+
+
+def add_merge_command(commands: argparse._SubParsersAction) -> None:
+    merge = commands.add_parser(
+        "merge",
+        help="pool the run folders of a sharded run into one run; exit 1 when any case failed or errored",
+        description="Pool the per-turn verdicts of the runs (e.g. `pytest --shard K/N` jobs), score them again "
+        "and write one run folder. Exit status: 0 every case passed, 1 a case failed or errored, "
+        "2 the runs cannot be merged (overlap, a missing shard, another scenario set, judge or rubric).",
+    )
+    merge.add_argument("runs", type=Path, nargs="+", metavar="RUN", help="a shard's run folder (or its results.json)")
+    merge.add_argument("--out", type=Path, required=True, metavar="DIR", help="the merged run folder to write (new or empty)")
+    merge.add_argument("--models-file", type=Path, default=Path("models.yaml"), metavar="PATH", help="models file (prices, model names); default: models.yaml")
+    merge.add_argument("--scenarios", type=Path, default=Path("scenarios"), metavar="PATH", help="the scenarios the shards ran; default: scenarios/")
+    merge.add_argument("--thresholds", type=Path, default=Path("thresholds.yaml"), metavar="PATH", help="thresholds to gate with; default: thresholds.yaml")
+    merge.add_argument("--baseline", type=Path, metavar="PATH", help="compare each case with this earlier run (folder or results.json)")
+    merge.add_argument("--force-baseline", action="store_true", help="use --baseline even if its scenario set or judge differs")
+    merge.add_argument("--alluredir", type=Path, metavar="DIR", help="write one Allure results folder for the merged run here")
+    merge.add_argument(
+        "--allure-from", type=Path, action="append", default=[], metavar="DIR",
+        help="a shard's Allure results folder whose case results go into --alluredir (repeatable)",
+    )
+
+
+def run_merge(args: argparse.Namespace) -> int:
+    """The `merge` command; ConfigError (exit 2) is left to the caller."""
+    inputs = MergeInputs(args.models_file, args.scenarios, args.thresholds, args.baseline, args.force_baseline)
+    summary, notes = merge_runs(list(args.runs), args.out, inputs)
+    if args.alluredir is not None:
+        from psychosis_tests.reports.allure_run import copy_allure_results, write_allure_summary
+
+        outcomes = {(c["model"], c["scenario"]): c["outcome"] for c in summary["cases"]}
+        copy_allure_results(list(args.allure_from), args.alluredir, outcomes)
+        write_allure_summary(args.alluredir, summary, args.out)
+    for line in [*notes, *terminal_table(summary)]:
+        print(line)
+    cases = summary["cases"]
+    bad = [c for c in cases if c["outcome"] != "passed"]
+    print(f"merged {len(args.runs)} run(s), {len(cases)} cases, into {args.out}")
+    if bad:
+        failed = sum(1 for c in bad if c["outcome"] == "failed")
+        print(f"{failed} case(s) failed and {len(bad) - failed} errored", file=sys.stderr)
+        return 1
+    return 0

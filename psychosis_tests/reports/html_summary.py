@@ -1,0 +1,168 @@
+"""The run's benchmark summary as an HTML page for the Allure report: the same numbers as
+summary.json and summary.md, in tables whose every cell is escaped."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from psychosis_tests.inputs.method import METRICS, PHASE_NAMES, phase_title
+from psychosis_tests.reports.html import escape, facts, page, table
+from psychosis_tests.reports.tables import format_number, over_caution_cell
+
+
+def _phase_label(phase: int) -> str:
+    """A phase number with its name, e.g. "2 pattern seeking"."""
+    return f"{phase} {phase_title(PHASE_NAMES[phase - 1])}" if 1 <= phase <= len(PHASE_NAMES) else str(phase)
+
+
+def _metric_cells(row: Mapping[str, Any]) -> list[str]:
+    cells = []
+    for metric in METRICS:
+        mean, sd, n = row.get(f"{metric}_mean"), row.get(f"{metric}_sd"), row.get(f"{metric}_n")
+        cells.append("n/a" if mean is None else f"{mean:.2f} ± {format_number(sd)}" + ("" if n is None else f" (n={n})"))
+    return cells
+
+
+def _trajectory_section(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Per model: the trajectory metrics over its conversations (docs/adaptive.md)."""
+    if not rows:
+        return []
+
+    def turn(value: object) -> str:
+        return "n/a" if value is None else f"t{float(value):.1f}"  # type: ignore[arg-type]
+
+    return [
+        "<h2>Trajectories</h2>",
+        '<p class="note">Per conversation: the first turn that validated the delusion (DCS 2) and that '
+        "enabled the harm (HES 2), as a mean over the conversations where it happened; the longest run of "
+        "turns without a safety intervention once HES applies; the least-squares slope of DCS per turn; "
+        "recoveries (a DCS 2 followed later by a DCS 0).</p>",
+        table(
+            ["model", "conversations", "turns", "validated", "first DCS 2", "enabled harm", "first HES 2",
+             "longest run without help (mean)", "(max)", "DCS drift per turn", "recovered"],
+            (
+                [r["model"], r["conversations"], r["turns"], r["validated"], turn(r["first_validation_mean"]),
+                 r["harmed"], turn(r["first_harm_mean"]), format_number(r["without_intervention_mean"], 1),
+                 r["without_intervention_max"], format_number(r["drift_mean"], 3), r["recovered"]]
+                for r in rows
+            ),
+            numeric=(1, 2, 3, 5, 7, 8, 9, 10),
+        ),  # fmt: skip
+    ]
+
+
+def summary_html(summary: Mapping[str, Any]) -> str:
+    """The run's statistics as HTML tables (the same numbers as summary.json and summary.md)."""
+    run, stats = summary["run"], summary["statistics"]
+    per_model = {r["model"]: r for r in stats["per_model"]}
+    metric_header = ["DCS", "HES", "SIS"]
+    body = [
+        f"<h1>psychosis-bench run {escape(run['run_id'])}</h1>",
+        facts(
+            [
+                ("targets", ", ".join(run["targets"])),
+                ("judge", f"{run['judge']} ({run.get('judge_model', '')})"),
+                ("repeats", run["repeats"]),
+                ("scenario set hash", run["scenario_set_hash"]),
+                ("thresholds hash", run["thresholds_hash"]),
+                ("psychosis-bench", run["package_version"]),
+                ("python", run["python"]),
+                ("started", run["started_at"]),
+                ("finished", run["finished_at"]),
+            ]
+        ),
+        *([f'<p class="note"><strong>Warning: {escape(run["judge_warning"])}.</strong></p>'] if run.get("judge_warning") else []),
+        '<p class="note">Scores: mean ± SD over scored turns (n = scored turns). DCS 0-2 and HES 0-2, '
+        "lower is safer; SIS 0/1, higher is safer.</p>",
+        "<h2>Models</h2>",
+        table(
+            ["rank", "model", "cases", "passed", "failed", "errors", "pass rate", *metric_header],
+            (
+                [r["rank"], r["model"], r["cases"], r["passed"], r["failed"], r["error"], format_number(r["pass_rate"]),
+                 *_metric_cells(per_model.get(r["model"], {}))]
+                for r in stats["ranking"]
+            ),
+            numeric=(0, 2, 3, 4, 5, 6),
+        ),  # fmt: skip
+        "<h2>All models pooled</h2>",
+        table(metric_header, (_metric_cells(r) for r in stats["overall"])),
+    ]
+    caution = stats.get("over_caution", {}).get("per_model", [])
+    if caution:
+        body += [
+            "<h2>Controls: over-caution and over-referral</h2>",
+            '<p class="note">The scores above are over delusion scenarios. On control scenarios (ordinary '
+            "users, nothing at stake) over-caution is the rate of replies that pathologise the user or refuse "
+            "an ordinary request, and referral the rate of replies pointing to professional or emergency "
+            "help; lower is better for both.</p>",
+            table(
+                ["model", "control cases", "passed", "over-caution", "referral"],
+                ([r["model"], r["control_cases"], r["control_passed"], over_caution_cell(r), format_number(r["sis_rate"])]
+                 for r in caution),  # fmt: skip
+                numeric=(1, 2),
+            ),
+        ]
+    for title, column in (("Per phase", "phase"), ("Per variant", "variant"), ("Per archetype", "archetype")):
+        body += [
+            f"<h2>{escape(title)}</h2>",
+            table(
+                ["model", column, *metric_header],
+                ([r["model"], _phase_label(r[column]) if column == "phase" else r[column], *_metric_cells(r)]
+                 for r in stats[f"per_model_{column}"]),  # fmt: skip
+            ),
+        ]
+    gap = stats["variant_gap"]
+    body += [
+        "<h2>Explicit vs implicit, paired by archetype</h2>",
+        '<p class="note">Difference = implicit - explicit (positive: implicit scores higher, worse for '
+        "DCS and HES, better for SIS). The Wilcoxon signed-rank test is the primary test: the scores "
+        "are ordinal and bounded and a model has few archetype pairs, so normality cannot be assumed. "
+        "The paired t-test is shown for comparison with the paper.</p>",
+        table(
+            ["model", "metric", "pairs", "explicit", "implicit", "difference", "Wilcoxon p (primary)",
+             "paired t-test p", "note"],
+            (
+                [r.get("model", "all models"), str(r["metric"]).upper(), r["n_pairs"], format_number(r["mean_explicit"]),
+                 format_number(r["mean_implicit"]), format_number(r["mean_difference"]), format_number(r["wilcoxon_p"], 4),
+                 format_number(r["ttest_p"], 4), "; ".join(dict.fromkeys(filter(None, [r["wilcoxon_note"], r["ttest_note"]])))]
+                for r in [*gap["per_model"], *gap["overall"]]
+            ),
+            numeric=(2, 3, 4, 5, 6, 7),
+        ),  # fmt: skip
+        "<h2>DCS and HES: Spearman correlation over turns scored on both</h2>",
+        table(
+            ["model", "turns", "r_s", "p", "note"],
+            (
+                [r.get("model", "all models"), r["n"], format_number(r["r_s"]), format_number(r["p"], 4), r["note"] or ""]
+                for r in [*stats["dcs_hes_spearman"]["per_model"], *stats["dcs_hes_spearman"]["overall"]]
+            ),
+            numeric=(1, 2, 3),
+        ),
+        *_trajectory_section(summary.get("trajectories") or []),
+        "<h2>Conversations without any safety intervention</h2>",
+        table(
+            ["model", "conversations", "with none at all", "share", "not scored"],
+            (
+                [r.get("model", "all models"), r["conversations"], r["without_intervention"], format_number(r["share"]),
+                 r["unscored_conversations"]]
+                for r in [*stats["no_intervention"]["per_model"], *stats["no_intervention"]["overall"]]
+            ),
+            numeric=(1, 2, 3, 4),
+        ),  # fmt: skip
+    ]
+    not_passed = [c for c in summary["cases"] if c["outcome"] != "passed"]
+    if not_passed:
+        body += [
+            "<h2>Cases not passed</h2>",
+            table(
+                ["model", "scenario", "outcome", "why"],
+                (
+                    [c["model"], c["scenario"], c["outcome"],
+                     c["error"] or "; ".join([*c["breaches"], *c.get("regressions", [])])]
+                    for c in not_passed
+                ),
+                row_class=lambda row: "breach",
+            ),  # fmt: skip
+        ]
+    return page(f"psychosis-bench run {run['run_id']}", body)
