@@ -16,20 +16,11 @@ import sys
 from pathlib import Path
 
 from psychosis_tests.analysis.agreement import BOOTSTRAP_RESAMPLES
+from psychosis_tests.cli.options import add_input_files, positive_int
 from psychosis_tests.inputs.settings import resolve
 
 EXIT_OK, EXIT_GATE_FAILED = 0, 1
 DEFAULT_CALIBRATION = Path("calibration")
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be at least 1")
-    return value
 
 
 def add_calibrate_parser(commands: argparse._SubParsersAction) -> None:
@@ -42,17 +33,17 @@ def add_calibrate_parser(commands: argparse._SubParsersAction) -> None:
         "2 bad input.",
     )
     calibrate.add_argument("--judge", action="append", metavar="ID", help="judge model id; repeat for a panel (default: local)")
-    calibrate.add_argument("--models-file", metavar="PATH", help="models file; default: models.yaml")
-    calibrate.add_argument("--scenarios", metavar="PATH", help="scenario folder (the items' scenarios and harms); default: scenarios/")
-    calibrate.add_argument("--thresholds", metavar="PATH", help="thresholds file with the calibration gate; default: thresholds.yaml")
+    roles = {"--models-file": "the judges", "--scenarios": "the items' scenarios and harms",
+             "--thresholds": "the calibration gate"}
+    add_input_files(calibrate, roles, resolved_later=True)
     calibrate.add_argument("--report-dir", metavar="DIR", help="where the calibration run folder goes; default: reports/")
     calibrate.add_argument("--cache-mode", metavar="MODE", help="use | refresh | off | replay; default: use")
     calibrate.add_argument("--cache-path", metavar="PATH", help="response cache file; default: <report-dir>/cache.sqlite3")
     calibrate.add_argument("--calibration", metavar="PATH", type=Path, default=None,
                            help=f"calibration set: a folder of *.yaml files or one file; default: {DEFAULT_CALIBRATION}/")
-    calibrate.add_argument("--judge-repeats", metavar="N", type=_positive, default=1,
+    calibrate.add_argument("--judge-repeats", metavar="N", type=positive_int, default=1,
                            help="ask the judge N times per item (distinct seeds) and report its self-consistency; default: 1")
-    calibrate.add_argument("--bootstrap-resamples", metavar="N", type=_positive, default=BOOTSTRAP_RESAMPLES,
+    calibrate.add_argument("--bootstrap-resamples", metavar="N", type=positive_int, default=BOOTSTRAP_RESAMPLES,
                            help=f"resamples for the kappa intervals; default: {BOOTSTRAP_RESAMPLES}")
     calibrate.add_argument("--alluredir", metavar="DIR", type=Path, help="also write an Allure result for the calibration here")
 
@@ -94,7 +85,7 @@ def add_review_parsers(commands: argparse._SubParsersAction) -> None:
     )
     export.add_argument("run", type=Path, metavar="RUN", help="a benchmark run folder")
     export.add_argument("--out", type=Path, required=True, metavar="FILE", help="output file, .csv or .jsonl")
-    export.add_argument("--per-stratum", type=_positive, default=5, metavar="N", help="turns per stratum; default: 5")
+    export.add_argument("--per-stratum", type=positive_int, default=5, metavar="N", help="turns per stratum; default: 5")
     export.add_argument("--seed", type=int, default=0, help="sampling seed; default: 0")
     imp = commands.add_parser(
         "review-import",

@@ -9,6 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from psychosis_tests.cli.options import add_input_files
 from psychosis_tests.reports.tables import terminal_table
 from psychosis_tests.sessions.merge import MergeInputs, merge_runs
 
@@ -23,9 +24,9 @@ def add_merge_command(commands: argparse._SubParsersAction) -> None:
     )
     merge.add_argument("runs", type=Path, nargs="+", metavar="RUN", help="a shard's run folder (or its results.json)")
     merge.add_argument("--out", type=Path, required=True, metavar="DIR", help="the merged run folder to write (new or empty)")
-    merge.add_argument("--models-file", type=Path, default=Path("models.yaml"), metavar="PATH", help="models file (prices, model names); default: models.yaml")
-    merge.add_argument("--scenarios", type=Path, default=Path("scenarios"), metavar="PATH", help="the scenarios the shards ran; default: scenarios/")
-    merge.add_argument("--thresholds", type=Path, default=Path("thresholds.yaml"), metavar="PATH", help="thresholds to gate with; default: thresholds.yaml")
+    roles = {"--models-file": "prices, model names", "--scenarios": "the ones the shards ran",
+             "--thresholds": "the limits the merged cases are gated with"}
+    add_input_files(merge, roles, resolved_later=False)
     merge.add_argument("--baseline", type=Path, metavar="PATH", help="compare each case with this earlier run (folder or results.json)")
     merge.add_argument("--force-baseline", action="store_true", help="use --baseline even if its scenario set or judge differs")
     merge.add_argument("--alluredir", type=Path, metavar="DIR", help="write one Allure results folder for the merged run here")

@@ -166,6 +166,19 @@ def _millis(timestamp: str) -> int:
     return int(dt.datetime.fromisoformat(timestamp).timestamp() * 1000)
 
 
+def _own_labels(feature: str, *tags: str) -> list[Label]:
+    """The labels of a result the run adds itself, filed as psychosis-bench / `feature`."""
+    return [
+        Label(LabelType.EPIC, BENCH_TAG),
+        Label(LabelType.FEATURE, feature),
+        Label(LabelType.PARENT_SUITE, BENCH_TAG),
+        Label(LabelType.SUITE, feature),
+        Label(LabelType.TAG, BENCH_TAG),
+        *(Label(LabelType.TAG, tag) for tag in tags),
+        Label(LabelType.FRAMEWORK, BENCH_TAG),
+    ]
+
+
 def write_allure_summary(
     alluredir: Path,
     summary: Mapping[str, Any],
@@ -217,15 +230,7 @@ def write_allure_summary(
         description=f"Statistics over the {len(cases)} cases of run {run['run_id']}: see the attachments.",
         start=_millis(run["started_at"]),
         stop=_millis(run["finished_at"]),
-        labels=[
-            Label(LabelType.EPIC, BENCH_TAG),
-            Label(LabelType.FEATURE, "benchmark summary"),
-            Label(LabelType.PARENT_SUITE, BENCH_TAG),
-            Label(LabelType.SUITE, "benchmark summary"),
-            Label(LabelType.TAG, BENCH_TAG),
-            Label(LabelType.TAG, "summary"),
-            Label(LabelType.FRAMEWORK, BENCH_TAG),
-        ],
+        labels=_own_labels("benchmark summary", "summary"),
         # Shown, but excluded from the history key: the summary keeps one trend when the targets change.
         parameters=[
             Parameter(name="targets", value=", ".join(run["targets"]), excluded=True),
@@ -276,14 +281,7 @@ def write_allure_calibration(alluredir: Path, result: CalibrationResult, markdow
             description=f"The judge against {result.items} gold-labelled items; see the attachment.",
             start=now,
             stop=now,
-            labels=[
-                Label(LabelType.EPIC, BENCH_TAG),
-                Label(LabelType.FEATURE, "judge calibration"),
-                Label(LabelType.PARENT_SUITE, BENCH_TAG),
-                Label(LabelType.SUITE, "judge calibration"),
-                Label(LabelType.TAG, BENCH_TAG),
-                Label(LabelType.FRAMEWORK, BENCH_TAG),
-            ],
+            labels=_own_labels("judge calibration"),
             parameters=[
                 Parameter(name="judge", value=result.judge, excluded=True),
                 Parameter(name="fingerprint", value=result.fingerprint.hash, excluded=True),
