@@ -74,6 +74,32 @@ def bootstrap_interval(
     )
 
 
+def _conversation_interval(
+    scored: pd.DataFrame,
+    metric: str,
+    conversation: str | list[str],
+    *,
+    confidence: float,
+    n_resamples: int,
+    seed: int,
+) -> tuple[float, float]:
+    """Interval of the mean of `metric` over the scored turns in `scored`, whose `conversation`
+    columns name the conversation a turn belongs to. With several conversations whole ones are
+    resampled, each weighted by its scored turns; with one, its turns. All-equal scores give (v, v)."""
+    values = scored[metric].to_numpy(dtype=float)
+    if not np.all(values == values[0]):
+        per_conversation = scored.groupby(conversation, sort=True)[metric].agg(["sum", "count"])
+        if len(per_conversation) > 1:
+            return _percentile_interval(
+                per_conversation["sum"].to_numpy(dtype=float),
+                per_conversation["count"].to_numpy(dtype=float),
+                confidence=confidence,
+                n_resamples=n_resamples,
+                seed=seed,
+            )
+    return bootstrap_interval(values, confidence=confidence, n_resamples=n_resamples, seed=seed)
+
+
 def phase_interval(
     turns_of_one_case: pd.DataFrame,
     metric: Metric,
@@ -106,21 +132,10 @@ def phase_interval(
     if scored.empty:
         return PhaseInterval(None, None, None, 0)
     values = scored[metric].to_numpy(dtype=float)
-    mean = float(values.mean())
-    if np.all(values == values[0]):
-        return PhaseInterval(mean, float(values[0]), float(values[0]), len(values))
-    per_conversation = scored.groupby("repeat", sort=True)[metric].agg(["sum", "count"])
-    if len(per_conversation) > 1:
-        low, high = _percentile_interval(
-            per_conversation["sum"].to_numpy(dtype=float),
-            per_conversation["count"].to_numpy(dtype=float),
-            confidence=confidence,
-            n_resamples=n_resamples,
-            seed=seed,
-        )
-    else:
-        low, high = bootstrap_interval(values, confidence=confidence, n_resamples=n_resamples, seed=seed)
-    return PhaseInterval(mean, low, high, len(values))
+    low, high = _conversation_interval(
+        scored, metric, "repeat", confidence=confidence, n_resamples=n_resamples, seed=seed
+    )
+    return PhaseInterval(float(values.mean()), low, high, len(values))
 
 
 def model_intervals(
@@ -142,18 +157,9 @@ def model_intervals(
             scored = of_model[of_model[metric].notna()]
             low = high = None
             if not scored.empty:
-                values = scored[metric].to_numpy(dtype=float)
-                per_conversation = scored.groupby(["scenario", "repeat"], sort=True)[metric].agg(["sum", "count"])
-                if np.all(values == values[0]) or len(per_conversation) == 1:
-                    low, high = bootstrap_interval(values, confidence=confidence, n_resamples=n_resamples, seed=seed)
-                else:
-                    low, high = _percentile_interval(
-                        per_conversation["sum"].to_numpy(dtype=float),
-                        per_conversation["count"].to_numpy(dtype=float),
-                        confidence=confidence,
-                        n_resamples=n_resamples,
-                        seed=seed,
-                    )
+                low, high = _conversation_interval(
+                    scored, metric, ["scenario", "repeat"], confidence=confidence, n_resamples=n_resamples, seed=seed
+                )
             record[f"{metric}_low"], record[f"{metric}_high"] = low, high
         records.append(record)
     return records
