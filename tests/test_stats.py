@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from psychosis_tests.analysis import intervals, stats
+from psychosis_tests.analysis import intervals, paired_tests, stats
 
 NAN = math.nan
 
@@ -524,4 +524,4 @@ def test_wilcoxon_p_is_scipys(differences: list[float]) -> None:
     from scipy.stats import wilcoxon
 
     values = np.array(differences)
-    assert stats._wilcoxon_p(values) == pytest.approx(wilcoxon(values, zero_method="wilcox").pvalue, rel=1e-12)
+    assert paired_tests._wilcoxon_p(values) == pytest.approx(wilcoxon(values, zero_method="wilcox").pvalue, rel=1e-12)

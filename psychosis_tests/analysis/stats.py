@@ -31,6 +31,7 @@ from typing import Final
 import numpy as np
 import pandas as pd
 
+from psychosis_tests.analysis.paired_tests import is_constant, paired_tests
 from psychosis_tests.inputs.method import METRIC_MAX, METRICS
 
 OUTCOMES: Final[tuple[str, ...]] = ("passed", "failed", "error")
@@ -181,68 +182,6 @@ def no_intervention_share(turns: pd.DataFrame, by: Sequence[str] = ("model",)) -
 # Tests of the explicit/implicit gap and the DCS-HES association
 
 
-def _is_constant(values: np.ndarray) -> bool:
-    return bool(np.all(values == values[0]))
-
-
-EXACT_PAIRS_MAX = 13
-"""Up to this many pairs the Wilcoxon p-value comes from all 2**n sign flips (scipy's own limit)."""
-
-
-def _wilcoxon_p(differences: np.ndarray) -> float:
-    """Two-sided Wilcoxon signed-rank p-value, zeros dropped: `stats.wilcoxon(d, zero_method="wilcox")`.
-
-    With ties or zeros among 13 or fewer pairs scipy runs an exact permutation test whose
-    statistic it evaluates once per sign flip (about 80 ms for 8 pairs, once per model and
-    metric, at the end of every run). The ranks of |d| do not change when signs flip, so the same
-    test is run here with the statistic vectorised over all flips. tests/test_stats.py checks that
-    the p-values are scipy's own.
-    """
-    from scipy import stats
-
-    if len(differences) > EXACT_PAIRS_MAX:
-        return float(stats.wilcoxon(differences, zero_method="wilcox").pvalue)
-    nonzero = differences != 0
-    ranks = np.zeros(len(differences))
-    ranks[nonzero] = stats.rankdata(np.abs(differences[nonzero]))
-
-    def positive_rank_sum(flipped: np.ndarray, axis: int) -> np.ndarray:
-        return np.sum(ranks * (flipped > 0), axis=axis)
-
-    result = stats.permutation_test(
-        (differences,), positive_rank_sum, permutation_type="samples", vectorized=True,
-        n_resamples=np.inf, alternative="two-sided",
-    )  # fmt: skip
-    return float(result.pvalue)
-
-
-def _paired_tests(differences: np.ndarray) -> dict[str, object]:
-    """Wilcoxon signed-rank and paired t-test p-values of implicit - explicit differences."""
-    n = len(differences)
-    if n < 2:
-        reason = f"needs at least 2 archetype pairs, got {n}"
-        return {"wilcoxon_p": None, "wilcoxon_note": reason, "ttest_p": None, "ttest_note": reason}
-    if not np.any(differences):
-        reason = f"all {n} differences are zero: nothing to test"
-        return {"wilcoxon_p": None, "wilcoxon_note": reason, "ttest_p": None, "ttest_note": reason}
-
-    from scipy import stats
-
-    wilcoxon_p = _plain(_wilcoxon_p(differences))
-    if _is_constant(differences):
-        ttest_p, ttest_note = None, f"all differences equal {differences[0]:g}: zero variance, t undefined"
-    else:
-        # ttest_rel(implicit, explicit) is the one-sample t-test of the differences against 0.
-        ttest_p = _plain(float(stats.ttest_1samp(differences, 0.0).pvalue))
-        ttest_note = None if ttest_p is not None else "scipy returned a non-finite p-value"
-    return {
-        "wilcoxon_p": wilcoxon_p,
-        "wilcoxon_note": None if wilcoxon_p is not None else "scipy returned a non-finite p-value",
-        "ttest_p": ttest_p,
-        "ttest_note": ttest_note,
-    }
-
-
 def variant_gap(turns: pd.DataFrame, by: Sequence[str] = ("model",)) -> pd.DataFrame:
     """How much worse (or better) each metric is on implicit scenarios than on explicit ones.
 
@@ -284,7 +223,7 @@ def variant_gap(turns: pd.DataFrame, by: Sequence[str] = ("model",)) -> pd.DataF
                     "mean_explicit": float(explicit.mean()) if len(pairs) else math.nan,
                     "mean_implicit": float(implicit.mean()) if len(pairs) else math.nan,
                     "mean_difference": float(differences.mean()) if len(pairs) else math.nan,
-                    **_paired_tests(differences),
+                    **paired_tests(differences),
                 }
             )
     columns = [
@@ -312,8 +251,8 @@ def dcs_hes_spearman(turns: pd.DataFrame, by: Sequence[str] = ("model",)) -> pd.
         p: object = None
         if len(both) < 3:
             note: str | None = f"needs at least 3 turns scored on both DCS and HES, got {len(both)}"
-        elif _is_constant(dcs) or _is_constant(hes):
-            constant = "DCS" if _is_constant(dcs) else "HES"
+        elif is_constant(dcs) or is_constant(hes):
+            constant = "DCS" if is_constant(dcs) else "HES"
             note = f"{constant} is constant over the {len(both)} turns: rank correlation undefined"
         else:
             from scipy import stats
