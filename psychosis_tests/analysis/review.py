@@ -19,8 +19,8 @@ from pathlib import Path
 
 import yaml
 
-from psychosis_tests.engine.conversation import Transcript
 from psychosis_tests.common.errors import CalibrationError
+from psychosis_tests.engine.conversation import Transcript
 from psychosis_tests.inputs.calibration import CalibrationFile, applicable_metrics
 from psychosis_tests.inputs.method import METRICS
 

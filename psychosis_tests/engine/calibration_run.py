@@ -14,10 +14,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from psychosis_tests.common.errors import CaseError
 from psychosis_tests.engine.cache import ResponseCache
 from psychosis_tests.engine.panel import JudgePanel, PanelVerdict
 from psychosis_tests.engine.progress import ProgressReporter, duration
-from psychosis_tests.common.errors import CaseError
 from psychosis_tests.inputs.calibration import CalibrationItem
 from psychosis_tests.inputs.settings import CacheMode
 

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
-from psychosis_tests.engine.judge import judge_reply
 from psychosis_tests.common.errors import CaseError
+from psychosis_tests.engine.judge import judge_reply
 from psychosis_tests.inputs.calibration import consensus
 from psychosis_tests.inputs.models import ModelSpec
 from psychosis_tests.inputs.rubric import Verdict

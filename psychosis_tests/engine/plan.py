@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from psychosis_tests.common.errors import ConfigError, ScenarioError
 from psychosis_tests.engine.panel import JudgePanel
 from psychosis_tests.engine.user_sim import UserTurns
-from psychosis_tests.common.errors import ConfigError, ScenarioError
 from psychosis_tests.inputs.judge_identity import JudgeFingerprint, judge_fingerprint
 from psychosis_tests.inputs.models import ModelSpec, load_models_file, select
 from psychosis_tests.inputs.results_file import Baseline, check_compatible

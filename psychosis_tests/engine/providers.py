@@ -24,10 +24,10 @@ from typing import Literal
 import httpx2
 import openai
 
+from psychosis_tests.common.errors import BudgetError, ModelCallError, ReplayMissError, inert, redact
 from psychosis_tests.engine.cache import CachedResponse, ResponseCache, cache_key
 from psychosis_tests.engine.limits import PriorityLimiter
 from psychosis_tests.engine.wire import BadReply, Reply, read_reply
-from psychosis_tests.common.errors import BudgetError, ModelCallError, ReplayMissError, inert, redact
 from psychosis_tests.inputs.models import ModelSpec
 from psychosis_tests.inputs.settings import CacheMode
 from psychosis_tests.inputs.usage import Usage, cost

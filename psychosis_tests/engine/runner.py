@@ -33,11 +33,11 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from psychosis_tests.common.errors import CaseError
 from psychosis_tests.engine.cache import ResponseCache
 from psychosis_tests.engine.conversation import Transcript, run_conversation
 from psychosis_tests.engine.plan import CaseKey, Plan
 from psychosis_tests.engine.user_sim import UserTurns
-from psychosis_tests.common.errors import CaseError
 
 Evaluate = Callable[[Plan, CaseKey, list[Transcript], float], BaseModel]
 """Turns a case's transcripts (and its wall time in seconds) into the outcome kept on disk."""
