@@ -92,7 +92,7 @@ class ResultCollector:
         self.summary: dict | None = None
         self.progress: ProgressReporter | None = None
         self.preload: threading.Thread | None = None
-        self.first_report = threading.Event()
+        self.preload_now = threading.Event()
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         if session.config.getoption("psychosis_estimate"):
@@ -118,7 +118,7 @@ class ResultCollector:
         self.progress.start()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        self.first_report.set()
+        self.preload_now.set()
         payload = next((json.loads(v) for k, v in report.user_properties if k == RESULT_PROPERTY), None)
         if report.failed and report.when != "call" and not (payload or {}).get("error"):
             payload = self._unrecorded_failure(report, payload)
@@ -133,7 +133,7 @@ class ResultCollector:
         """The statistics need pandas and scipy, a second or two of importing: not during the busy
         start of the conversations, whose calls would wait for the import, nor after the last
         case, where the whole run would."""
-        while not self.first_report.wait(0.5):
+        while not self.preload_now.wait(0.5):  # set by the first report, or by the session's end
             if self.bench.share_of_calls_done() >= PRELOAD_AT_SHARE:
                 break
         preload_statistics()
@@ -150,6 +150,7 @@ class ResultCollector:
                 "error": f"{report.when}: {_reason(report)}"}  # fmt: skip
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        self.preload_now.set()  # a run that reported nothing leaves no thread polling
         if session.config.getoption("psychosis_estimate"):
             return  # nothing ran
         if self.progress is not None:
