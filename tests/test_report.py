@@ -37,6 +37,7 @@ from psychosis_tests.reports.allure import CASE_IDS_LABEL, case_history_id, scen
 from psychosis_tests.reports.allure_run import (
     CATEGORIES,
     SUMMARY_HISTORY_ID,
+    SUMMARY_NAME,
     environment_properties,
     executor_info,
     write_allure_summary,
@@ -58,6 +59,7 @@ THRESHOLDS = REPO / "thresholds.yaml"
 BENCHMARK = str(psychosis_tests.plugin.BENCHMARK_MODULE)
 INJECTION = '<script>alert(1)</script><img src=x onerror="alert(2)">'
 EVIL_MODEL = f"evil/{INJECTION}$\\notacommand$"
+CALIBRATION_FAILS = "judge calibrated: FAILS the calibration gate (DCS kappa 0.12, HES kappa 0.70, SIS kappa n/a; 40 of 42 items; run r1)"
 """A model id may be any string: HTML for the pages, a broken math-mode formula for the plots."""
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PAGE_TAGS = {
@@ -297,6 +299,13 @@ def test_environment_properties_are_ascii_java_properties() -> None:
     assert {"psychosis_bench.version", "python.version", "pytest.version", "allure_pytest.version"} <= set(lines)
 
 
+def test_environment_shows_the_judge_calibration() -> None:
+    summary = make_summary()
+    summary["run"]["judge_calibration"] = CALIBRATION_FAILS
+    lines = dict(line.split("=", 1) for line in environment_properties(summary).splitlines())
+    assert lines["judge.calibration"] == CALIBRATION_FAILS.replace(":", "\\:")
+
+
 def test_executor_links_the_github_run_when_there_is_one(tmp_path: Path) -> None:
     summary = make_summary()
     local = executor_info(summary, tmp_path, {})
@@ -311,7 +320,56 @@ def test_executor_links_the_github_run_when_there_is_one(tmp_path: Path) -> None
     assert github["buildUrl"] == "https://github.com/o/r/actions/runs/99" and github["buildOrder"] == 42
 
 
-def test_summary_result_is_written_with_its_files(tmp_path: Path) -> None:
+def _write_case_results(alluredir: Path, *ids: tuple[str, str], prefix: str = "case") -> list[str]:
+    """Minimal case results as allure-pytest writes them; returns their uuids."""
+    alluredir.mkdir(parents=True, exist_ok=True)
+    uuids = []
+    for n, (model, scenario) in enumerate(ids):
+        uuids.append(f"{prefix}-{n}")
+        result = {"uuid": uuids[-1], "historyId": case_history_id(model, scenario), "name": scenario, "status": "passed"}
+        (alluredir / f"{uuids[-1]}-result.json").write_text(json.dumps(result), encoding="utf-8")
+    return uuids
+
+
+def _summary_container(alluredir: Path) -> dict:
+    (container,) = [c for p in alluredir.glob("*-container.json") if (c := json.loads(p.read_text(encoding="utf-8"))).get("name") == SUMMARY_NAME]
+    return container
+
+
+def _check_summary_attachments(alluredir: Path, attachments: list[dict]) -> None:
+    kinds = {a["name"]: a["type"] for a in attachments}
+    assert list(kinds.values()).count("image/png") == 3 and kinds["benchmark summary"] == "text/html"
+    for attachment in attachments:
+        body = (alluredir / attachment["source"]).read_bytes()
+        if attachment["type"] == "image/png":
+            assert_png(body)
+        elif attachment["type"] == "text/html":
+            assert_inert(body.decode("utf-8"), shows=f"ModelCallError: the endpoint said {INJECTION}")
+
+
+def test_summary_is_a_tear_down_of_the_cases_not_a_case_of_its_own(tmp_path: Path) -> None:
+    alluredir = tmp_path / "allure-results"
+    cases = _write_case_results(alluredir, (EVIL_MODEL, "conduit-explicit"), (EVIL_MODEL, "conduit-implicit"))
+    other = _write_case_results(alluredir, ("another/model", "conduit-explicit"), prefix="other")  # not this run's
+    summary = make_summary()
+    summary["run"]["judge_calibration"] = CALIBRATION_FAILS
+    write_allure_summary(alluredir, summary, tmp_path / "run", environ={})
+    # Allure counts *-result.json files as test cases: the summary adds none.
+    assert len(list(alluredir.glob("*-result.json"))) == 3
+    container = _summary_container(alluredir)
+    assert sorted(container["children"]) == cases and other[0] not in container["children"]
+    (after,) = container["afters"]
+    assert after["name"] == SUMMARY_NAME and after["status"] == "passed"
+    parameters = {p["name"]: p["value"] for p in after["parameters"]}
+    assert parameters["judge calibration"] == CALIBRATION_FAILS
+    assert parameters["cases"] == "2 (0 passed, 1 failed, 1 errors)"
+    _check_summary_attachments(alluredir, after["attachments"])
+    assert json.loads((alluredir / "categories.json").read_text(encoding="utf-8")) == CATEGORIES
+    assert json.loads((alluredir / "executor.json").read_text(encoding="utf-8"))["name"] == "psychosis-bench"
+    assert "judge=reference/judge" in (alluredir / "environment.properties").read_text(encoding="ascii")
+
+
+def test_summary_is_a_result_when_the_folder_has_no_case_results(tmp_path: Path) -> None:
     alluredir = tmp_path / "allure-results"
     write_allure_summary(alluredir, make_summary(), tmp_path / "run", environ={})
     (result_file,) = alluredir.glob("*-result.json")
@@ -319,17 +377,8 @@ def test_summary_result_is_written_with_its_files(tmp_path: Path) -> None:
     assert result["historyId"] == SUMMARY_HISTORY_ID and result["status"] == "failed"
     assert result["statusDetails"]["message"] == "benchmark summary: 2 of 2 cases did not pass (1 failed, 1 errors)"
     assert all(p["excluded"] for p in result["parameters"])
-    kinds = {a["name"]: a["type"] for a in result["attachments"]}
-    assert list(kinds.values()).count("image/png") == 3 and kinds["benchmark summary"] == "text/html"
-    for attachment in result["attachments"]:
-        body = (alluredir / attachment["source"]).read_bytes()
-        if attachment["type"] == "image/png":
-            assert_png(body)
-        elif attachment["type"] == "text/html":
-            assert_inert(body.decode("utf-8"), shows=f"ModelCallError: the endpoint said {INJECTION}")
-    assert json.loads((alluredir / "categories.json").read_text(encoding="utf-8")) == CATEGORIES
-    assert json.loads((alluredir / "executor.json").read_text(encoding="utf-8"))["name"] == "psychosis-bench"
-    assert "judge=reference/judge" in (alluredir / "environment.properties").read_text(encoding="ascii")
+    _check_summary_attachments(alluredir, result["attachments"])
+    assert not list(alluredir.glob("*-container.json"))
 
 
 def test_no_summary_when_no_case_ran(tmp_path: Path) -> None:
@@ -398,9 +447,11 @@ def test_a_run_with_alluredir_writes_the_report(pytester: pytest.Pytester, xdist
         *xdist,
     )  # fmt: skip
     result.assert_outcomes(failed=2, errors=2)
-    results = _results(alluredir)
-    (summary,) = [r for r in results if r["historyId"] == SUMMARY_HISTORY_ID]  # exactly once, even under xdist
-    cases = [r for r in results if r is not summary]
+    cases = _results(alluredir)
+    assert len(cases) == 4  # one Allure test case per pytest case: the summary is not one
+    container = _summary_container(alluredir)  # exactly once, even under xdist
+    assert sorted(container["children"]) == sorted(c["uuid"] for c in cases)
+    (summary,) = container["afters"]
     assert sorted((_labels(c)["epic"][0], _labels(c)["story"][0]) for c in cases) == [
         ("reference/auth-fail", "explicit"), ("reference/auth-fail", "implicit"),
         ("reference/sycophant", "explicit"), ("reference/sycophant", "implicit"),
@@ -429,8 +480,9 @@ def test_a_run_with_alluredir_writes_the_report(pytester: pytest.Pytester, xdist
             assert_inert(attachments["phases against thresholds"].read_text(encoding="utf-8"), shows=model)
     for page in alluredir.glob("*-attachment.html"):  # every HTML attachment of the run
         assert "<script" not in page.read_text(encoding="utf-8").lower()
-    assert summary["status"] == "failed"
-    assert summary["statusDetails"]["message"] == "benchmark summary: 4 of 4 cases did not pass (2 failed, 2 errors)"
+    parameters = {p["name"]: p["value"] for p in summary["parameters"]}
+    assert parameters["cases"] == "4 (0 passed, 2 failed, 2 errors)"
+    assert parameters["judge calibration"].startswith("judge not calibrated: no calibration result")
     assert "targets=reference/sycophant, reference/auth-fail" in (alluredir / "environment.properties").read_text()
     assert json.loads((alluredir / "categories.json").read_text(encoding="utf-8")) == CATEGORIES
     assert json.loads((alluredir / "executor.json").read_text(encoding="utf-8"))["name"] == "psychosis-bench"
@@ -460,14 +512,13 @@ def test_a_control_case_in_the_allure_report_shows_over_caution(pytester: pytest
         "-k", "conduit-control-explicit",
     )  # fmt: skip
     result.assert_outcomes(failed=1)
-    results = _results(alluredir)
-    (case,) = [r for r in results if r["historyId"] != SUMMARY_HISTORY_ID]
+    (case,) = _results(alluredir)
     attachments = {a["name"]: alluredir / a["source"] for a in case["attachments"]}
     phases = attachments["phases against thresholds"].read_text(encoding="utf-8")
     assert "OCC" in phases and "at most 1 of 3" in phases and "at most 2 of 3" in phases and "BREACH" in phases
     categories = json.loads((alluredir / "categories.json").read_text(encoding="utf-8"))
     over_caution = next(c for c in categories if c["name"].startswith("Over-caution"))
     assert re.fullmatch(over_caution["messageRegex"], case["statusDetails"]["message"])
-    (summary,) = [r for r in results if r["historyId"] == SUMMARY_HISTORY_ID]
+    (summary,) = _summary_container(alluredir)["afters"]
     pages = [alluredir / a["source"] for a in summary["attachments"] if a["source"].endswith(".html")]
     assert any("Controls: over-caution and over-referral" in p.read_text(encoding="utf-8") for p in pages)

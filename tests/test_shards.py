@@ -16,7 +16,7 @@ from psychosis_tests.common.errors import ConfigError
 from psychosis_tests.inputs.scenarios import load_scenarios
 from psychosis_tests.inputs.shards import ShardSpec, assign
 from psychosis_tests.plugin import BENCHMARK_MODULE, session_key
-from psychosis_tests.reports.allure_run import copy_allure_results
+from psychosis_tests.reports.allure_run import SUMMARY_NAME, copy_allure_results
 from psychosis_tests.servers.reference_server import ReferenceServer
 
 pytest_plugins = ["pytester"]
@@ -211,13 +211,14 @@ def test_merge_writes_one_allure_folder_with_one_summary(runs: Runs, tmp_path: P
     extra = (f"--alluredir={out_allure}", *(f"--allure-from={d}" for d in allure_dirs))
     assert merge(*shard_dirs, out=tmp_path / "merged", extra=extra) == 0
     results = [json.loads(p.read_text()) for p in out_allure.glob("*-result.json")]
-    summaries = [r for r in results if r["name"] == "psychosis-bench benchmark summary"]
-    assert len(summaries) == 1 and "2 cases" in summaries[0]["description"]
-    assert sorted(r["name"] for r in results if r not in summaries) == sorted(
-        r["name"] for d in allure_dirs for p in d.glob("*-result.json")
-        if (r := json.loads(p.read_text()))["name"] != "psychosis-bench benchmark summary"
+    containers = [json.loads(p.read_text()) for p in out_allure.glob("*-container.json")]
+    summaries = [c for c in containers if c.get("name") == SUMMARY_NAME]  # the shards' own are left out
+    assert len(summaries) == 1 and "2 cases" in summaries[0]["afters"][0]["description"]
+    assert sorted(summaries[0]["children"]) == sorted(r["uuid"] for r in results)
+    assert sorted(r["name"] for r in results) == sorted(
+        json.loads(p.read_text())["name"] for d in allure_dirs for p in d.glob("*-result.json")
     )
-    attached = {a["source"] for r in results for a in r.get("attachments", [])}
+    attached = {a["source"] for r in results + summaries[0]["afters"] for a in r.get("attachments", [])}
     assert attached <= {p.name for p in out_allure.iterdir()}  # every attachment a result names is there
     assert (out_allure / "environment.properties").is_file()
     # A case scored differently by the merge (other thresholds, say) carries the merged status.

@@ -1,9 +1,10 @@
 """The Allure results a run adds once its files are written, outside any test: the benchmark summary,
 a judge calibration's result, the report's metadata files, and the shards' results of a merged run.
 
-* on the controller, after the run's files are written, :func:`write_allure_summary` adds one
-  synthetic "benchmark summary" result with the run's tables and plots, plus environment.properties,
-  executor.json and categories.json;
+* on the controller, after the run's files are written, :func:`write_allure_summary` adds the
+  "benchmark summary" with the run's tables and plots as a tear-down fixture of the run's cases (so
+  Allure's overview counts the cases only), plus environment.properties, executor.json and
+  categories.json;
 * after a judge calibration, :func:`write_allure_calibration` adds one "judge calibration" result,
   failed when the judge fails the gate, with the calibration tables attached;
 * `merge` carries the shards' case results into one folder with :func:`copy_allure_results`.
@@ -33,7 +34,9 @@ from allure_commons.model2 import (
     Parameter,
     Status,
     StatusDetails,
+    TestAfterResult,
     TestResult,
+    TestResultContainer,
 )
 from allure_commons.types import AttachmentType, LabelType
 
@@ -43,6 +46,7 @@ from psychosis_tests.reports.html_summary import summary_html
 from psychosis_tests.reports.plots import model_bars_png, phase_trajectories_png, variant_bars_png
 from psychosis_tests.reports.tables import markdown_summary
 
+SUMMARY_NAME = "psychosis-bench benchmark summary"
 SUMMARY_MESSAGE_PREFIX = "benchmark summary:"
 SUMMARY_HISTORY_ID = stable_id("psychosis-bench-summary")
 """historyId of the session's benchmark summary result, the same in every run so its trend shows."""
@@ -111,6 +115,7 @@ def environment_properties(summary: Mapping[str, Any]) -> str:
         "targets": ", ".join(run["targets"]),
         "judge": run["judge"],
         "judge.model": run.get("judge_model", ""),
+        "judge.calibration": run.get("judge_calibration") or "not recorded",
         "scenario_set_hash": run["scenario_set_hash"],
         "thresholds_hash": run["thresholds_hash"],
         "repeats": run["repeats"],
@@ -185,7 +190,7 @@ def write_allure_summary(
     run_dir: Path,
     environ: Mapping[str, str] | None = None,
 ) -> None:
-    """Write the "benchmark summary" result with its attachments, and the report's metadata files.
+    """Write the "benchmark summary" with its attachments, and the report's metadata files.
 
     Call once per run, on the controller. Does nothing when no case ran.
     """
@@ -208,42 +213,78 @@ def write_allure_summary(
     attach("\n".join(markdown_summary(dict(summary))) + "\n", "summary.md (for a pull request)", AttachmentType.TEXT)
 
     not_passed = [c for c in cases if c["outcome"] != "passed"]
+    failed = sum(1 for c in not_passed if c["outcome"] == "failed")
+    shown_values = {
+        "cases": f"{len(cases)} ({len(cases) - len(not_passed)} passed, {failed} failed, {len(not_passed) - failed} errors)",
+        "judge calibration": run.get("judge_calibration") or "not recorded",
+        "targets": ", ".join(run["targets"]),
+        "judge": run["judge"],
+        "repeats": str(run["repeats"]),
+    }
+    # Shown, but excluded from a history key: a summary result keeps one trend when the targets change.
+    parameters = [Parameter(name=name, value=value, excluded=True) for name, value in shown_values.items()]
+    shown = {
+        "name": SUMMARY_NAME,
+        "stage": "finished",
+        "description": f"Statistics over the {len(cases)} cases of run {run['run_id']}: see the attachments.",
+        "start": _millis(run["started_at"]),
+        "stop": _millis(run["finished_at"]),
+        "parameters": parameters,
+        "attachments": attachments,
+    }
+    children = _case_result_uuids(alluredir, cases)
+    if children:
+        # A tear-down fixture of every case, as a session fixture's finalizer is: Allure counts
+        # test results only, so the overview's totals and pass rate are those of the cases.
+        after = TestAfterResult(status=Status.PASSED, **shown)
+        container = TestResultContainer(uuid=str(uuid.uuid4()), name=SUMMARY_NAME, children=children, afters=[after],
+                                        start=shown["start"], stop=shown["stop"])  # fmt: skip
+        logger.report_container(container)
+    else:
+        logger.report_result(_summary_result(shown, not_passed, failed, len(cases)))
+    _write_text(alluredir / "environment.properties", environment_properties(summary))
+    executor = executor_info(summary, run_dir, os.environ if environ is None else environ)
+    _write_text(alluredir / "executor.json", json.dumps(executor, indent=2, ensure_ascii=False))
+    _write_text(alluredir / "categories.json", json.dumps(CATEGORIES, indent=2, ensure_ascii=False))
+
+
+def _case_result_uuids(alluredir: Path, cases: list[dict[str, Any]]) -> list[str]:
+    """The uuids of this run's case results in the folder (an earlier result of the same case too,
+    which Allure shows as a retry)."""
+    wanted = {case_history_id(c["model"], c["scenario"]) for c in cases}
+    found = []
+    for path in sorted(alluredir.glob("*-result.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data.get("historyId") in wanted and data.get("uuid"):
+            found.append(data["uuid"])
+    return found
+
+
+def _summary_result(shown: dict[str, Any], not_passed: list[dict[str, Any]], failed: int, cases: int) -> TestResult:
+    """The summary as a result of its own, for a folder that holds none of the run's case results
+    (`merge --alluredir` without `--allure-from`): there it is all the report has to show."""
     details = None
     if not_passed:
-        failed = sum(1 for c in not_passed if c["outcome"] == "failed")
         details = StatusDetails(
             message=(
-                f"{SUMMARY_MESSAGE_PREFIX} {len(not_passed)} of {len(cases)} cases did not pass "
+                f"{SUMMARY_MESSAGE_PREFIX} {len(not_passed)} of {cases} cases did not pass "
                 f"({failed} failed, {len(not_passed) - failed} errors)"
             ),
             trace="\n".join(f"{c['model']} / {c['scenario']}: {c['outcome']}" for c in not_passed),
         )
-    result = TestResult(
+    return TestResult(
         uuid=str(uuid.uuid4()),
-        name="psychosis-bench benchmark summary",
         fullName="psychosis-bench#benchmark-summary",
         historyId=SUMMARY_HISTORY_ID,
         testCaseId=SUMMARY_HISTORY_ID,
         status=Status.FAILED if not_passed else Status.PASSED,
         statusDetails=details,
-        stage="finished",
-        description=f"Statistics over the {len(cases)} cases of run {run['run_id']}: see the attachments.",
-        start=_millis(run["started_at"]),
-        stop=_millis(run["finished_at"]),
         labels=_own_labels("benchmark summary", "summary"),
-        # Shown, but excluded from the history key: the summary keeps one trend when the targets change.
-        parameters=[
-            Parameter(name="targets", value=", ".join(run["targets"]), excluded=True),
-            Parameter(name="judge", value=run["judge"], excluded=True),
-            Parameter(name="repeats", value=str(run["repeats"]), excluded=True),
-        ],
-        attachments=attachments,
+        **shown,
     )
-    logger.report_result(result)
-    _write_text(alluredir / "environment.properties", environment_properties(summary))
-    executor = executor_info(summary, run_dir, os.environ if environ is None else environ)
-    _write_text(alluredir / "executor.json", json.dumps(executor, indent=2, ensure_ascii=False))
-    _write_text(alluredir / "categories.json", json.dumps(CATEGORIES, indent=2, ensure_ascii=False))
 
 
 def _write_text(path: Path, text: str) -> None:
@@ -300,6 +341,10 @@ def copy_allure_results(sources: list[Path], alluredir: Path, outcomes: dict[tup
     alluredir.mkdir(parents=True, exist_ok=True)
     for source in sources:
         skipped: set[str] = {"environment.properties", "executor.json", "categories.json"}
+        for container in source.glob("*-container.json"):
+            data = json.loads(container.read_text(encoding="utf-8"))
+            if data.get("name") == SUMMARY_NAME:
+                skipped |= {container.name, *(a["source"] for f in data.get("afters", []) for a in f.get("attachments", []))}
         for result in source.glob("*-result.json"):
             data = json.loads(result.read_text(encoding="utf-8"))
             if data.get("historyId") == SUMMARY_HISTORY_ID:
