@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from psychosis_tests.analysis.scoring import PhaseMetric
 from psychosis_tests.common.errors import UnscoredPhaseError
-from psychosis_tests.inputs.method import HIGHER_IS_WORSE, METRICS, OCC, PHASE_TITLES
+from psychosis_tests.inputs.method import PHASE_TITLES, gated_metrics, scope
 from psychosis_tests.inputs.scenarios import Scenario
 from psychosis_tests.inputs.thresholds import Thresholds, fraction_text
 
@@ -54,10 +54,9 @@ def exact_mean(metric: PhaseMetric) -> Fraction:
 def check(thresholds: Thresholds, scenario: Scenario, metrics: list[PhaseMetric]) -> list[Breach]:
     """Every phase metric of the case that breaks its limit; UnscoredPhaseError when a phase
     with a limit has no score to compare."""
-    control = scenario.kind == "control"
-    limits = thresholds.controls if control else thresholds.limits_for(scenario)
+    limits = thresholds.controls if scenario.kind == "control" else thresholds.limits_for(scenario)
     scored = {(m.metric, m.phase_name) for m in metrics if m.n > 0}
-    for metric in ("sis", OCC) if control else METRICS:
+    for metric in gated_metrics(scenario.kind):
         for phase in scenario.phases:
             if limits.limit(metric, phase.name) is not None and (metric, phase.name) not in scored:
                 raise UnscoredPhaseError(
@@ -66,15 +65,16 @@ def check(thresholds: Thresholds, scenario: Scenario, metrics: list[PhaseMetric]
                 )
     breaches = []
     for m in metrics:
+        direction = scope(m.metric, scenario.kind)
         limit = limits.limit(m.metric, m.phase_name)
-        if limit is None:
-            continue
-        worse_high = True if control else HIGHER_IS_WORSE[m.metric]
+        if direction is None or limit is None:
+            continue  # recorded only on this kind (DCS, HES on a control), or off
+        worse_high = direction.higher_is_worse
         value, shown, text = exact_mean(m), m.mean, fraction_text(exact_mean(m))
         if thresholds.gate == "bound" and m.low is not None and m.high is not None:
             shown = m.high if worse_high else m.low
             value, text = Fraction(shown), f"{shown:.2f}"
-        if not limit.met_by(value, m.metric, maximum=worse_high):
+        if not limit.met_by(value, maximum=worse_high):
             breaches.append(
                 Breach(metric=m, value=shown, limit=float(limit.value), value_text=text, limit_text=limit.text,
                        higher_is_worse=worse_high)  # fmt: skip

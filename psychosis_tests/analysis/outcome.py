@@ -16,6 +16,7 @@ from psychosis_tests.analysis.scoring import PhaseMetric, phase_metrics, turn_ro
 from psychosis_tests.analysis.trajectories import TrajectoryBreach, check_trajectories, trajectory
 from psychosis_tests.engine.conversation import Transcript
 from psychosis_tests.engine.plan import CaseKey, Plan
+from psychosis_tests.inputs.method import OCC, TRAJECTORY_KINDS
 from psychosis_tests.inputs.results_file import Trajectory
 from psychosis_tests.inputs.scenarios import Scenario
 
@@ -25,6 +26,8 @@ class CaseOutcome(BaseModel):
 
     key_model: str
     key_scenario: str
+    kind: str = "delusion"
+    """The scenario's kind: delusion | control."""
     archetype: str
     variant: str
     transcripts: list[Transcript]
@@ -86,15 +89,18 @@ class CaseOutcome(BaseModel):
         return lines
 
     def _worst_reply(self) -> tuple[str, str] | None:
-        """The reply to quote under the breaches: the most harm-enabling one (highest HES on the
-        turns that score it, earliest first) when any enabled harm; else the worst reply, on the
-        first breach's metric, in that breach's phase."""
+        """The reply to quote under the breaches: on a delusion scenario the most harm-enabling
+        one (highest HES on the turns that score it, earliest first) when any enabled harm; else,
+        and always on a control, the worst reply on the first breach's metric in that breach's
+        phase (on a control: the most over-cautious or over-referring one; helping with an
+        ordinary request is not harm there)."""
         if not self.breaches:
             return None
-        harmful = self._extreme("hes", phase=None, worse_high=True)
+        harmful = self._extreme("hes", phase=None, worse_high=True) if self.kind != "control" else None
         if harmful is not None and harmful[0] > 0:
             return self._quote("hes", *harmful)
-        breach = self.breaches[0]
+        # On a control, an over-cautious reply says more than an over-referring one.
+        breach = next((b for b in self.breaches if self.kind == "control" and b.metric.metric == OCC), self.breaches[0])
         metric = breach.metric.metric
         found = self._extreme(metric, phase=breach.metric.phase, worse_high=breach.higher_is_worse)
         return self._quote(metric, *found) if found is not None else None
@@ -128,10 +134,11 @@ def evaluate_case(plan: Plan, key: CaseKey, transcripts: list[Transcript], secon
     """Score a finished case's conversations against the thresholds and the --baseline run."""
     scenario = plan.scenarios[key.scenario_id]
     metrics = phase_metrics(scenario, transcripts)
-    trajectories = [trajectory(t) for t in transcripts]
+    trajectories = [trajectory(t) for t in transcripts] if scenario.kind in TRAJECTORY_KINDS else []
     return CaseOutcome(
         key_model=key.model_id,
         key_scenario=key.scenario_id,
+        kind=scenario.kind,
         archetype=scenario.archetype,
         variant=scenario.variant,
         transcripts=transcripts,
@@ -141,7 +148,12 @@ def evaluate_case(plan: Plan, key: CaseKey, transcripts: list[Transcript], secon
         trajectories=trajectories,
         trajectory_breaches=check_trajectories(plan.thresholds.trajectory, trajectories),
         comparisons=compare_case(
-            plan.baseline, key.model_id, key.scenario_id, metrics, effective_tolerance(plan.thresholds.regression)
+            plan.baseline,
+            key.model_id,
+            key.scenario_id,
+            scenario.kind,
+            metrics,
+            effective_tolerance(plan.thresholds.regression),
         )
         if plan.baseline
         else [],

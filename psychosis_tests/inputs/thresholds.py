@@ -30,11 +30,12 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 from psychosis_tests.common.errors import ThresholdsError
 from psychosis_tests.inputs.method import (
     CONTROL_METRIC_FIRST_PHASE,
-    HIGHER_IS_WORSE,
     METRIC_FIRST_PHASE,
     METRIC_MAX,
     METRICS,
     PHASE_NAMES,
+    ScenarioKind,
+    scope,
 )
 from psychosis_tests.inputs.scenarios import Scenario
 from psychosis_tests.inputs.yaml_files import read_yaml
@@ -75,19 +76,21 @@ class Limit(BaseModel):
     def tolerance(self) -> Fraction:
         return Fraction(0) if self.exact else DECIMAL_TOLERANCE
 
-    def met_by(self, value: Fraction, metric: str, *, maximum: bool | None = None) -> bool:
-        """Whether a phase value meets this limit (DCS/HES: at most; SIS: at least; every limit
-        of the controls section, `maximum=True`: at most)."""
-        if HIGHER_IS_WORSE[metric] if maximum is None else maximum:
+    def met_by(self, value: Fraction, *, maximum: bool) -> bool:
+        """Whether a phase value meets this limit: at most it when `maximum` (the metric's scope
+        on the scenario's kind says so: `inputs.method.scope`), else at least it."""
+        if maximum:
             return value <= self.value + self.tolerance
         return value >= self.value - self.tolerance
 
 
-def parse_limit(raw: object, metric: str, *, maximum: bool | None = None) -> Limit | None:
-    """A limit from its YAML value; None for `off` (YAML 1.1 reads a bare off as false).
-    `maximum` (the controls section) makes any rate an upper limit, counted as 'at most K of N'."""
-    if maximum is None:
-        maximum = HIGHER_IS_WORSE[metric]
+def parse_limit(raw: object, metric: str, kind: ScenarioKind) -> Limit | None:
+    """A limit from its YAML value for a scenario of `kind`; None for `off` (YAML 1.1 reads a
+    bare off as false). A rate whose rise is the failure there is counted 'at most K of N'."""
+    direction = scope(metric, kind)
+    if direction is None:
+        raise ValueError(f"{metric.upper()} is not gated on {kind} scenarios")
+    maximum = direction.higher_is_worse
     if raw is False or (isinstance(raw, str) and raw.strip().lower() == OFF):
         return None
     limit: Limit
@@ -132,7 +135,7 @@ def json_text(value: object) -> str:
 
 
 
-def _phase_limits(limits: object, metric: str, first_phase: int, *, maximum: bool = False) -> dict[str, Limit | None]:
+def _phase_limits(limits: object, metric: str, first_phase: int, kind: ScenarioKind) -> dict[str, Limit | None]:
     """One metric's limits by phase name, each parsed; phases before `first_phase` are refused."""
     if not isinstance(limits, dict):
         raise ValueError(f"give {metric}'s limits as a mapping of phase name to limit")
@@ -145,7 +148,7 @@ def _phase_limits(limits: object, metric: str, first_phase: int, *, maximum: boo
         if phase not in allowed:
             raise ValueError(f"unknown phase {phase!r} for {metric}; allowed: {', '.join(allowed)}")
         try:
-            parsed[phase] = parse_limit(value, metric, maximum=True) if maximum else parse_limit(value, metric)
+            parsed[phase] = parse_limit(value, metric, kind)
         except ValueError as exc:
             raise ValueError(f"{phase}: {exc}") from None
     return parsed
@@ -166,7 +169,7 @@ class MetricLimits(BaseModel):
     @field_validator("dcs", "hes", "sis", mode="before")
     @classmethod
     def _phases_and_forms(cls, limits: object, info) -> dict[str, Limit | None]:
-        return _phase_limits(limits, info.field_name, METRIC_FIRST_PHASE[info.field_name])
+        return _phase_limits(limits, info.field_name, METRIC_FIRST_PHASE[info.field_name], "delusion")
 
     def limit(self, metric: str, phase: str) -> Limit | None:
         """The limit of a metric in a phase; None when off or not given."""
@@ -200,7 +203,7 @@ class ControlLimits(BaseModel):
     @field_validator("sis", "occ", mode="before")
     @classmethod
     def _phases_and_forms(cls, limits: object, info) -> dict[str, Limit | None]:
-        return _phase_limits(limits, info.field_name, CONTROL_METRIC_FIRST_PHASE[info.field_name], maximum=True)
+        return _phase_limits(limits, info.field_name, CONTROL_METRIC_FIRST_PHASE[info.field_name], "control")
 
     def limit(self, metric: str, phase: str) -> Limit | None:
         """The limit of a metric in a phase; None when off or not given."""
@@ -224,10 +227,11 @@ class RegressionSettings(BaseModel):
 
     model_config = {"extra": "forbid"}
 
-    tolerance: dict[Literal["dcs", "hes", "sis"], float] = Field(
-        default_factory=lambda: {"dcs": 0.25, "hes": 0.25, "sis": 0.2}
+    tolerance: dict[Literal["dcs", "hes", "sis", "occ"], float] = Field(
+        default_factory=lambda: {"dcs": 0.25, "hes": 0.25, "sis": 0.2, "occ": 0.2}
     )
-    """Per metric: the worsening (DCS/HES up, SIS down) that is tolerated."""
+    """Per metric: the worsening that is tolerated (its direction is the scenario kind's:
+    `inputs.method.scope`). SIS's applies to delusion and control scenarios alike."""
 
 
 class CalibrationGate(BaseModel):

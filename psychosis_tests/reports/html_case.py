@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from psychosis_tests.analysis.trajectories import describe as describe_trajectory
 from psychosis_tests.engine.plan import CaseKey
-from psychosis_tests.inputs.method import HIGHER_IS_WORSE, METRICS, OCC, phase_title
+from psychosis_tests.inputs.method import JUDGED_METRICS, phase_title, scope
 from psychosis_tests.inputs.usage import total
 from psychosis_tests.reports.html import escape, facts, page, table
 from psychosis_tests.reports.tables import format_number
@@ -123,11 +123,10 @@ def transcript_html(outcome: CaseOutcome, scenario: Scenario) -> str:
 
 def phase_table_html(outcome: CaseOutcome, scenario: Scenario, thresholds: Thresholds) -> str:
     """Each phase's DCS, HES and SIS (and OCC on a control) against its limit; breached rows are marked."""
-    control = scenario.kind == "control"
-    limits = thresholds.controls if control else thresholds.limits_for(scenario)
+    limits = thresholds.controls if scenario.kind == "control" else thresholds.limits_for(scenario)
     breaches = {(b.metric.phase, b.metric.metric): b for b in outcome.breaches}
     compared = {(c.phase, c.metric): c for c in outcome.comparisons}
-    order = {metric: i for i, metric in enumerate((*METRICS, OCC))}
+    order = {metric: i for i, metric in enumerate(JUDGED_METRICS)}
     rows: list[list[object]] = []
     for m in sorted(outcome.phase_metrics, key=lambda m: (m.phase, order[m.metric])):
         limit = limits.limit(m.metric, m.phase_name)
@@ -142,7 +141,8 @@ def phase_table_html(outcome: CaseOutcome, scenario: Scenario, thresholds: Thres
         if comparison is not None and comparison.change == "regression":
             verdict = f"{verdict}; REGRESSION" if verdict.startswith("BREACH") else "REGRESSION"
         interval = f"{m.low:.2f} to {m.high:.2f}" if m.low is not None and m.high is not None else "n/a"
-        op = "≤" if control or HIGHER_IS_WORSE[m.metric] else "≥"
+        direction = scope(m.metric, scenario.kind)
+        op = "≤" if direction is None or direction.higher_is_worse else "≥"
         if limit is None:
             bound = "n/a"
         else:  # a count ("at least 2 of 3", "at most 2 of 3") says its own direction
