@@ -12,7 +12,7 @@ import scipy.stats  # noqa: F401  (in-process runs drop the modules they importe
 import yaml
 
 import psychosis_tests.plugin
-from psychosis_tests.engine.progress import format_line
+from psychosis_tests.engine.progress import ETA_AFTER_CALLS, format_line
 from psychosis_tests.inputs.settings import ENV
 from psychosis_tests.servers.reference_server import ReferenceServer
 
@@ -22,12 +22,23 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_eta_counts_only_calls_that_reached_a_model() -> None:
-    # 60 of 100 calls done in 10 s, 50 of them cache hits: 10 real calls in 10 s, 40 to go.
-    counts = {"calls_done": 60, "calls_total": 100, "cache_hits": 50, "conversations_total": 5}
-    assert format_line(counts, 10.0).endswith("10s elapsed, ETA 40s")
+    # 60 of 100 calls done in 10 s, 40 of them cache hits: 20 real calls in 10 s, 40 to go.
+    counts = {"calls_done": 60, "calls_total": 100, "cache_hits": 40, "conversations_total": 5}
+    assert format_line(counts, 10.0).endswith("10s elapsed, ETA 20s")
     # Only cache hits so far: no pace to go by yet.
     assert "ETA" not in format_line({"calls_done": 30, "calls_total": 100, "cache_hits": 30}, 5.0)
     assert format_line({"calls_done": 20, "calls_total": 100}, 10.0).endswith("ETA 40s")
+
+
+def test_no_eta_until_enough_calls_have_answered() -> None:
+    # The first calls start and answer together: 5 calls in 1 s would promise 19 s for 100.
+    assert format_line({"calls_done": 5, "calls_total": 100}, 1.0).endswith(
+        f"1s elapsed, ETA after {ETA_AFTER_CALLS} model calls (5 so far)"
+    )
+    # Cache hits are not model calls: 30 done, 25 of them cached, is still 5 answered.
+    assert "ETA after" in format_line({"calls_done": 30, "calls_total": 100, "cache_hits": 25}, 1.0)
+    just_enough = {"calls_done": ETA_AFTER_CALLS, "calls_total": 2 * ETA_AFTER_CALLS}
+    assert format_line(just_enough, 10.0).endswith("10s elapsed, ETA 10s")
 
 
 @pytest.fixture

@@ -10,6 +10,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+ETA_AFTER_CALLS = 20
+"""Model calls answered before an ETA is given: the first calls of a run all start together and
+answer together, so their pace says little about the rest."""
+
 COUNTS = (
     "conversations_total", "conversations_done", "calls_total", "calls_done", "cache_hits", "errors",
     "retries", "waiting", "longest_wait",
@@ -22,8 +26,10 @@ def format_line(totals: dict[str, float], elapsed: float) -> str:
     # Cache hits take no time: the pace is that of the calls that reached a model.
     answered = done - totals["cache_hits"]
     eta = ""
-    if answered > 0 and done < total:
+    if answered >= ETA_AFTER_CALLS and done < total:
         eta = f", ETA {duration(elapsed / answered * (total - done))}"
+    elif answered > 0 and done < total:
+        eta = f", ETA after {ETA_AFTER_CALLS} model calls ({answered} so far)"
     retrying = ""
     if totals["waiting"]:
         retrying = (
