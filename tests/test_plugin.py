@@ -234,6 +234,20 @@ def test_conversations_start_before_collection_only_for_selected_cases(
     assert loopback.request_count - before == len(conduit.turns) + conduit.judged_turns
 
 
+@XDIST
+def test_k_matching_no_case_leaves_no_run_folder(bench: Bench, xdist: list[str]) -> None:
+    bench.report_dir.mkdir()
+    result = bench.run(*TWO_MODELS, "-k", "no-such-scenario", *xdist)
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED, result.outlines
+    assert bench.run_dirs() == []
+    assert "psychosis-bench: no benchmark case was selected or run, so no run folder was written" in result.outlines
+    # One case selected: the run folder is written as always.
+    result, run_dir = bench.run_creating_one_folder(*TWO_MODELS, "-k", "guardian-conduit-explicit", *xdist)
+    result.assert_outcomes(passed=1)
+    assert (run_dir / "summary.json").is_file()
+    assert "no run folder" not in result.stdout.str()
+
+
 def test_collect_only_with_one_reference_model_lists_32_cases(bench: Bench) -> None:
     """Issue 3's command, as a user types it: no --judge, the reference judge goes with reference models."""
     result = bench.run("--collect-only", "-q", "--model", "reference/guardian")

@@ -5,6 +5,7 @@ run's files when the session ends. Registered by the plugin (plugin.py) on the c
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 from pathlib import Path
 
@@ -74,6 +75,12 @@ def print_estimate(config: pytest.Config, bench: BenchmarkSession, keys: list[Ca
     pytest.exit("--estimate: no model was called", returncode=pytest.ExitCode.OK)
 
 
+def _remove_if_empty(folder: Path) -> None:
+    """Remove `folder` if it holds no file, only (empty) folders."""
+    if folder.is_dir() and not any(path.is_file() for path in folder.rglob("*")):
+        shutil.rmtree(folder)
+
+
 def _reason(report: pytest.TestReport) -> str:
     """A failed report's message without its traceback."""
     crash = getattr(report.longrepr, "reprcrash", None)
@@ -90,6 +97,8 @@ class ResultCollector:
     def __init__(self, bench: BenchmarkSession):
         self.bench = bench
         self.summary: dict | None = None
+        self.nothing_ran = False
+        """No benchmark case was selected (say, -k matched none): the run leaves no folder."""
         self.progress: ProgressReporter | None = None
         self.preload: threading.Thread | None = None
         self.preload_now = threading.Event()
@@ -156,10 +165,15 @@ class ResultCollector:
         if self.progress is not None:
             self.progress.stop()
         self.bench.record_unreported("not run: the session stopped before this case reported (-x, --maxfail or an interrupt)")
-        if self.bench.plan.settings.shard is not None and session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+        sharded = self.bench.plan.settings.shard is not None
+        if sharded and session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
             # More shards than selected cases: this one is empty, which is no error; its run
             # folder still tells `merge` that the shard ran.
             session.exitstatus = pytest.ExitCode.OK
+        if not sharded and not any("model" in record.payload for record in self.bench.records.values()):
+            self.nothing_ran = True
+            _remove_if_empty(self.bench.run_dir)  # an engine started on a guess made its folders
+            return
         self.summary = write_run_results(self.bench, extra_metadata={"spent_usd": round(self.bench.spent, 6)})
         alluredir = _alluredir(session.config)
         if alluredir:
@@ -168,6 +182,8 @@ class ResultCollector:
             write_allure_summary(Path(alluredir), self.summary, self.bench.run_dir)
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
+        if self.nothing_ran:
+            terminalreporter.write_line("psychosis-bench: no benchmark case was selected or run, so no run folder was written")
         if self.summary is None:
             return
         terminalreporter.write_sep("=", "psychosis-bench summary")
