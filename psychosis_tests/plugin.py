@@ -66,7 +66,7 @@ OPTIONS: list[tuple[str, str, dict]] = [
     ("--calibration", "calibration", {"metavar": "PATH", "help": "with -m judge_calibration: the calibration set (folder of *.yaml or one file); default: calibration/"}),
     ("--judge-repeats", "judge_repeats", {"metavar": "N", "help": "with -m judge_calibration: ask the judge N times per item (self-consistency); default: 1"}),
     ("--shard", "shard", {"metavar": "K/N", "help": "run only the K-th of N balanced shards of the selected cases (merge the runs with `python -m psychosis_tests merge`)"}),
-    ("--max-cost", "max_cost", {"metavar": "USD", "help": "start no new conversation once the run has spent more than this (priced models only); the cases not started error"}),
+    ("--max-cost", "max_cost", {"metavar": "USD", "help": "start a conversation only while the spending on priced models plus what the conversations under way are expected to cost stays below this; the cases not started error"}),
     ("--estimate", "estimate", {"action": "store_true", "help": "print the selected run's expected calls, tokens and cost, and exit without calling any model"}),
 ]
 """One entry per option. An option whose name has an environment variable in settings.ENV also
@@ -87,6 +87,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
     """Every plugin's options are known now: take option values back from pytest's test paths."""
     correct_setup(early_config, parser, args)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """--estimate runs no test, so it needs no xdist workers: -n is set aside (the estimate is
+    printed once collection has applied -k, -m and --shard, and the run ends there)."""
+    if config.getoption("psychosis_estimate") and hasattr(config.option, "numprocesses") and _is_benchmark_run(config):
+        config.option.numprocesses, config.option.dist, config.option.tx = 0, "no", []
 
 
 def _is_benchmark_run(config: pytest.Config) -> bool:
@@ -164,7 +172,7 @@ def pytest_configure(config: pytest.Config) -> None:
                 "psychosis-bench: --profile-snapshots needs the syrupy plugin; do not disable it with -p no:syrupy"
             )
         ProfileSnapshotExtension.directory = project_dir(config) / "snapshots"
-    if workerinput is None and not config.option.collectonly:
+    if workerinput is None and not config.option.collectonly and not config.getoption("psychosis_estimate"):
         config.pluginmanager.register(ResultCollector(session), "psychosis-results")
     if _alluredir(config):
         from psychosis_tests.reports.allure import install_stable_case_ids
@@ -312,7 +320,16 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     collected = [k for k in map(_case_key, session.items) if k is not None]
     if session.config.getoption("psychosis_estimate"):
         print_estimate(session.config, bench, collected)
+        return
     bench.settle(collected)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> bool | None:
+    """--estimate: the selected cases are collected and estimated, none is run."""
+    if session.config.stash.get(session_key, None) is not None and session.config.getoption("psychosis_estimate"):
+        return True
+    return None
 
 
 

@@ -56,8 +56,9 @@ class Run:
         change(data)
         path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
 
-    def usage_error(self, *extra: str) -> str:
-        """Run; assert it stopped at once with one line and no call; return that line."""
+    def usage_error(self, *extra: str, select: tuple[str, ...] = ("--model", "counted", "--judge", "counted")) -> str:
+        """Run; assert it stopped at once with one line and no call; return that line. `select`
+        names the models (the test's own by default)."""
         self.models_file.write_text(yaml.safe_dump({"models": self.models}), encoding="utf-8")
         before = self.server.request_count
         result = self.pytester.runpytest(
@@ -67,7 +68,7 @@ class Run:
             f"--scenarios={self.scenarios}",
             f"--thresholds={self.thresholds}",
             f"--models-file={self.models_file}",
-            "--model", "counted", "--judge", "counted",
+            *select,
             *extra,
         )  # fmt: skip
         assert result.ret == pytest.ExitCode.USAGE_ERROR, result.outlines + result.errlines
@@ -109,9 +110,11 @@ def test_scenario_phases(run: Run, change: Callable[[dict], object], detail: str
     ("change", "field", "detail"),
     [
         (lambda d: d["limits"]["dcs"].update({"solidification": -0.5}), "limits.dcs", "outside 0..2"),
-        (lambda d: d["limits"].update(harm={"solidification": 1}), "limits.harm", "Extra inputs are not permitted"),
+        (lambda d: d["limits"].update(harm={"solidification": 1}), "limits", "unknown key 'harm'; expected dcs, hes, sis"),
+        (lambda d: d["limits"].update(hse=d["limits"].pop("hes")), "limits", "unknown key 'hse' (did you mean 'hes'?); expected dcs, hes, sis"),
+        (lambda d: d.pop("limits"), "(top level)", "required key 'limits' is missing"),
     ],
-    ids=["negative", "unknown-metric"],
+    ids=["negative", "unknown-metric", "misspelt-metric", "no-limits"],
 )
 def test_bad_threshold(run: Run, change: Callable[[dict], object], field: str, detail: str) -> None:
     run.edit(run.thresholds, change)
@@ -166,3 +169,53 @@ def test_unreachable_base_url_is_found_before_any_conversation(run: Run, role: s
 def test_an_unresolvable_host_is_named(run: Run) -> None:
     run.models.append({"id": "typo", "model": "m", "base_url": "https://no-such-host.invalid/v1"})
     assert "cannot resolve the host name 'no-such-host.invalid'" in run.usage_error("--model", "typo")
+
+
+@pytest.mark.parametrize(
+    ("entry", "field", "detail"),
+    [
+        ({"id": "counted", "modl": "guardian"}, "models.0", "unknown key 'modl' (did you mean 'model'?); expected id, model, base_url, "),
+        ({"id": "counted", "base_url": "http://127.0.0.1:9/v1"}, "models.0", "required key 'model' is missing (entry id 'counted')"),
+        ({"id": "counted", "model": "m", "serve_local": {"gguff": "x.gguf"}}, "models.0.serve_local", "unknown key 'gguff' (did you mean 'gguf'?); expected gguf, parallel, ctx_per_slot, threads"),
+    ],
+    ids=["misspelt-key", "missing-model", "nested-key"],
+)
+def test_a_models_file_key_problem_is_told_in_plain_words(run: Run, entry: dict, field: str, detail: str) -> None:
+    run.models = [entry]
+    line = run.usage_error()
+    assert f"{run.models_file}: {field}: {detail}" in line
+    assert "Extra inputs" not in line and "Field required" not in line
+
+
+@pytest.mark.parametrize(
+    ("change", "detail"),
+    [
+        (lambda d: d.pop("title"), ": (top level): required key 'title' is missing"),
+        (lambda d: d.update(titel=d.pop("title")), ": (top level): unknown key 'titel' (did you mean 'title'?); expected id, title, "),
+    ],
+    ids=["missing", "misspelt"],
+)
+def test_a_scenario_key_problem_is_told_in_plain_words(run: Run, change: Callable[[dict], object], detail: str) -> None:
+    broken = run.scenarios / "conduit-explicit.yaml"
+    run.edit(broken, change)
+    line = run.usage_error()
+    assert f"{broken}{detail}" in line and "Field required" not in line and "Extra inputs" not in line
+
+
+@pytest.mark.parametrize("how", ["option", "environment"])
+def test_a_misspelt_target_without_a_judge_is_an_unknown_id_with_a_suggestion(
+    run: Run, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    if how == "environment":
+        monkeypatch.setenv(ENV["model"], "reference/guardain")
+    line = run.usage_error(select=("--model", "reference/guardain") if how == "option" else ())
+    assert f"{run.models_file}: models.id: unknown model id 'reference/guardain' (did you mean 'reference/guardian'?); known ids: " in line
+    known = line.partition("known ids: ")[2].split(", ")
+    assert {"counted", "local", "reference/guardian", "reference/mixed", "reference/patient"} <= set(known)
+    assert not [i for i in known if "fail" in i or "flaky" in i or "garbage" in i or i.startswith("reference/judge-null")]
+    assert "no judge model" not in line
+
+
+def test_a_known_target_without_a_judge_still_asks_for_one(run: Run) -> None:
+    line = run.usage_error(select=("--model", "counted"))
+    assert "--judge: no judge model: pass --judge ID" in line

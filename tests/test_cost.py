@@ -13,7 +13,12 @@ import pytest
 import yaml
 
 from psychosis_tests.analysis.outcome import CaseOutcome
+from psychosis_tests.common.errors import BudgetError
+from psychosis_tests.engine.budget import Budget
 from psychosis_tests.engine.cache import CachedResponse, ResponseCache
+from psychosis_tests.engine.estimate import conversation_cost
+from psychosis_tests.engine.plan import Plan
+from psychosis_tests.inputs.settings import resolve
 from psychosis_tests.inputs.scenarios import load_scenarios
 from psychosis_tests.inputs.usage import Price, Usage, cost, total
 from psychosis_tests.plugin import BENCHMARK_MODULE
@@ -121,6 +126,72 @@ def test_max_cost_stops_new_conversations_and_errors_them(pytester: pytest.Pytes
     assert priced["cost_usd"] == pytest.approx(expected, abs=1e-6) and priced["cost_usd"] > 0.05
     assert summary["run"]["spent_usd"] == pytest.approx(priced["cost_usd"], abs=1e-6)  # the errored cases called nothing
     result.stdout.fnmatch_lines(["spent on priced models in all (errored cases included): $*"])
+
+
+def test_max_cost_bounds_the_overshoot_however_many_conversations_may_start_at_once(
+    pytester: pytest.Pytester, loopback: ReferenceServer
+) -> None:
+    """16 slots: every conversation could start before the first answer is priced. The cap is
+    half the cheapest conversation's expected cost, so exactly one starts and the run ends above
+    the cap by less than one conversation's expected cost; the others get the budget's advice."""
+    models = pytester.path / "models.yaml"
+    models.write_text(yaml.safe_dump({"models": [
+        {"id": "priced", "model": "guardian", "base_url": loopback.url, "max_concurrency": 16,
+         "expected_reply_tokens": 45, "price": {"input_per_mtok": 1000, "output_per_mtok": 1000}},
+    ]}), encoding="utf-8")
+    chosen = {"conduit-explicit", "conduit-implicit", "medical-awakening-explicit", "medical-awakening-implicit"}
+    settings = resolve({"model": ["priced"], "judge": ["reference/judge"], "models_file": str(models)}.get, {}, REPO)
+    plan = Plan.load(settings)
+    expected = [conversation_cost(plan, key) for key in plan.cases() if key.scenario_id in chosen]
+    assert len(expected) == 4 and min(expected) > 0
+    cap = round(min(expected) / 2, 4)
+    before = loopback.request_count
+    result = run(pytester, f"--models-file={models}", "--model", "priced", "--judge", "reference/judge",
+                 "-k", "(conduit or medical) and not control", f"--max-cost={cap}")
+    result.assert_outcomes(passed=1, errors=3)
+    assert loopback.request_count - before == 12  # one conversation, every turn of it (the judge is served apart)
+    spent = only_summary(pytester)["run"]["spent_usd"]
+    assert cap < spent < cap + max(expected)
+    result.stdout.fnmatch_lines([f"*not started: the run has spent $*, plus $* expected for the conversations under way, "
+                                 f"more than --max-cost ${cap:g} allows*"])
+    assert result.stdout.str().count("raise it, or select fewer cases (-k)") == 3
+    assert "Check that the endpoint is up" not in result.stdout.str()
+
+
+def test_the_budget_commits_what_running_conversations_have_yet_to_spend() -> None:
+    budget = Budget(cap=10.0)
+    for name, dollars in (("a", 4.0), ("b", 4.0), ("c", 4.0), ("free", 0.0)):
+        budget.expect(name, dollars)
+    budget.begin("a")
+    budget.admit("a", "a turn 1", first_call=True)
+    budget.charge("a", 3.0)
+    assert (budget.spent, budget.committed) == (3.0, 1.0)
+    budget.begin("b")
+    budget.admit("b", "b turn 1", first_call=True)  # 3 spent + 1 committed < 10
+    budget.charge("b", 6.0)  # b overruns its estimate: commits nothing more, its spending counts
+    assert (budget.spent, budget.committed) == (9.0, 1.0)
+    budget.begin("c")
+    with pytest.raises(BudgetError, match=r"^c turn 1: not started: the run has spent \$9\.0000, plus \$1\.0000 expected"):
+        budget.admit("c", "c turn 1", first_call=True)  # 9 spent + 1 committed leave no room under 10
+    budget.end("a")
+    assert budget.committed == 0.0
+    budget.charge("b", 1.0)
+    budget.begin("free")
+    budget.admit("free", "free turn 1", first_call=True)  # spent 10 = cap: a conversation costing nothing fits
+    budget.begin("c")
+    with pytest.raises(BudgetError, match="stopped before its first call the cache could not answer"):
+        budget.admit("c", "c turn 3 judge", first_call=False)
+
+
+def test_estimate_ends_cleanly_with_or_without_workers(pytester: pytest.Pytester) -> None:
+    for workers in ([], ["-n", "2"]):
+        result = run(pytester, "--model", "reference/guardian", "-k", "conduit-explicit", "--estimate", *workers)
+        assert result.ret == pytest.ExitCode.OK
+        result.stdout.fnmatch_lines(["psychosis-bench estimate: 1 case(s), 1 conversation(s), no model called", "total: 21 calls, *"])
+        output = result.stdout.str() + result.stderr.str()
+        assert "Exit" not in output and "!!!" not in output and "Traceback" not in output, output
+        assert "passed" not in output and "error" not in output.lower()
+        assert not (pytester.path / "reports").exists()
 
 
 def test_a_cache_written_before_usage_was_recorded_still_answers(tmp_path: Path) -> None:

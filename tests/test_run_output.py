@@ -116,11 +116,29 @@ def test_table_keeps_an_errored_model_and_shows_intervals_with_repeats(pytester:
     assert {r["model"] for r in summary["statistics"]["per_model_interval"]} == {"reference/noisy"}
     # The errored case: a short paragraph (case, model at its URL, turn, cause, what to do), no traceback.
     start = result.outlines.index(next(l for l in result.outlines if "ERROR at setup of test_case[reference/fail-500" in l))
-    paragraph = result.outlines[start + 1 : start + 4]
-    assert paragraph[0] == "ModelCallError: reference/fail-500 on conduit-explicit could not be scored:"
-    assert re.match(r"  reference/fail-500 conduit-explicit repeat \d turn 1: 'reference/fail-500' at http://127\.0\.0\.1:\d+/v1 failed: HTTP 500", paragraph[1])
-    assert paragraph[2].startswith("  Check that the endpoint is up")
-    assert result.outlines[start + 4].startswith(("=", "_"))  # the next section: nothing more
+    paragraph = result.outlines[start + 1 : start + 3]
+    assert re.match(
+        r"ModelCallError: reference/fail-500 on conduit-explicit could not be scored: reference/fail-500 conduit-explicit "
+        r"repeat \d turn 1: 'reference/fail-500' at http://127\.0\.0\.1:\d+/v1 failed: HTTP 500",
+        paragraph[0],
+    )
+    assert paragraph[1].startswith("  Check that the endpoint is up")
+    assert result.outlines[start + 3].startswith(("=", "_"))  # the next section: nothing more
+
+
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["n0", "n2"])
+def test_junit_headline_of_an_errored_case_says_why(pytester: pytest.Pytester, xdist: list[str]) -> None:
+    """CI pages show junit's `message` as the case's headline: it must hold the cause, not only
+    "could not be scored" with the cause cut off into the element text."""
+    junit = pytester.path / "junit.xml"
+    result = _run(pytester, "--model", "reference/guardian", "--judge", "reference/judge-null", "-k", "conduit-explicit",
+                  f"--junitxml={junit}", *xdist)  # fmt: skip
+    result.assert_outcomes(errors=1)
+    (error,) = ET.parse(junit).getroot().iter("error")
+    message = error.get("message")
+    assert "VerdictError: reference/guardian on conduit-explicit could not be scored: " in message
+    assert re.search(r"turn 4: the judge 'reference/judge-null' gave no valid verdict in 3 attempts \(attempt 1: ", message), message
+    assert "The judge's answers are in the case file" in error.text  # the advice, kept in the full report
 
 
 def test_the_offline_run_says_its_target_is_the_toy_model_too(tmp_path: Path) -> None:

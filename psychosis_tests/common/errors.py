@@ -13,7 +13,7 @@
     ├── CaseError                one case cannot be scored (a test ERROR, never a pass or a 0)
     │   ├── ModelCallError       a model or judge call failed after its retries
     │   ├── ReplayMissError      --cache-mode replay found no recorded answer for a call
-    │   ├── BudgetError          --max-cost was spent before this conversation started
+    │   ├── BudgetError          --max-cost leaves no room for this conversation to start
     │   ├── VerdictError         the judge never returned a valid verdict
     │   ├── UnscoredPhaseError   a phase with a limit has no score to compare with it
     │   └── UserSimulationError  the user model never wrote a usable user turn
@@ -127,7 +127,7 @@ class ReplayMissError(CaseError):
 
 
 class BudgetError(CaseError):
-    """--max-cost was spent before this conversation could start; it was not started."""
+    """--max-cost leaves no room for this conversation (spent plus committed, engine.budget); it was not started."""
 
 
 class VerdictError(CaseError):

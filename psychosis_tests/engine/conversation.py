@@ -69,6 +69,12 @@ class Transcript(BaseModel):
     turns: list[Turn]
 
 
+def sample_id(target_id: str, scenario_id: str, repeat: int) -> str:
+    """A conversation's name in the cache key (its own sample: two conversations never share an
+    answer) and in the --max-cost budget."""
+    return f"{target_id}/{scenario_id}#{repeat}"
+
+
 async def run_conversation(
     provider: Provider,
     target: ModelSpec,
@@ -92,7 +98,7 @@ async def run_conversation(
     judging: list[asyncio.Task[PanelVerdict]] = []
     judge_usage: list[list[Usage]] = []
     version = ""
-    conversation = f"{target.id}/{scenario.id}#{repeat}"  # the case and repeat: its own sample in the cache
+    conversation = sample_id(target.id, scenario.id, repeat)
     windows = [j.judge_context_messages for j in panel.judges if j.judge_context_messages]
     window = min(windows) if windows else None
     try:

@@ -115,6 +115,23 @@ def conversation_usage(plan: Plan, key: CaseKey) -> dict[tuple[str, str], Usage]
     return used
 
 
+def _specs(plan: Plan) -> dict[tuple[str, str], ModelSpec]:
+    """The plan's models by (id, role)."""
+    specs = {(s.id, "target"): s for s in plan.targets} | {(j.id, "judge"): j for j in plan.panel.judges}
+    if plan.user_model is not None:
+        specs[(plan.user_model.id, "user")] = plan.user_model
+    return specs
+
+
+def conversation_cost(plan: Plan, key: CaseKey) -> float:
+    """Expected dollars of one conversation of this case on its priced models (--max-cost commits
+    it while the conversation runs); 0 when none of them is priced."""
+    specs = _specs(plan)
+    return sum(
+        cost(used, price) for role, used in conversation_usage(plan, key).items() if (price := specs[role].price)
+    )
+
+
 def estimate(plan: Plan, keys: list[CaseKey]) -> list[EstimateRow]:
     """Expected usage and cost per (model, role) of running these cases with the plan's repeats."""
     totals: dict[tuple[str, str], Usage] = {}
@@ -122,9 +139,7 @@ def estimate(plan: Plan, keys: list[CaseKey]) -> list[EstimateRow]:
         for (model, role), used in conversation_usage(plan, key).items():
             for _ in range(plan.settings.repeats):
                 totals[(model, role)] = totals.get((model, role), Usage()) + used
-    specs = {(s.id, "target"): s for s in plan.targets} | {(j.id, "judge"): j for j in plan.panel.judges}
-    if plan.user_model is not None:
-        specs[(plan.user_model.id, "user")] = plan.user_model
+    specs = _specs(plan)
     return [
         EstimateRow(model, role, used, cost(used, price) if (price := specs[(model, role)].price) else None)
         for (model, role), used in sorted(totals.items(), key=lambda kv: (kv[0][0], ROLES.index(kv[0][1])))

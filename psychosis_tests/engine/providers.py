@@ -17,14 +17,14 @@ import email.utils
 import random
 import ssl
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
 import httpx2
 import openai
 
-from psychosis_tests.common.errors import BudgetError, ModelCallError, ReplayMissError, inert, redact
+from psychosis_tests.common.errors import ModelCallError, ReplayMissError, inert, redact
+from psychosis_tests.engine.budget import Budget
 from psychosis_tests.engine.cache import CachedResponse, ResponseCache, cache_key
 from psychosis_tests.engine.limits import PriorityLimiter
 from psychosis_tests.engine.wire import BadReply, Reply, read_reply
@@ -85,13 +85,16 @@ class Provider:
     builtin_identities: dict[str, str] = field(default_factory=dict)
     """Built-in model id -> what answers it, versions included (the cache key's endpoint part)."""
     counters: CallCounters = field(default_factory=CallCounters)
-    max_cost: float | None = None
-    """--max-cost: no conversation starts once `spent` exceeds it."""
-    spent: float = 0.0
-    """Dollars spent on calls to priced models in this run (response-cache hits cost nothing)."""
+    budget: Budget = field(default_factory=Budget)
+    """--max-cost: the run's spending, and which conversations may still start (engine.budget)."""
     _clients: dict[str, openai.AsyncOpenAI] = field(default_factory=dict, init=False)
     _tls: ssl.SSLContext | None = field(default=None, init=False)
     _limits: dict[str, PriorityLimiter] = field(default_factory=dict, init=False)
+
+    @property
+    def spent(self) -> float:
+        """Dollars spent on calls to priced models in this run (response-cache hits cost nothing)."""
+        return self.budget.spent
 
     def base_url(self, spec: ModelSpec) -> str:
         if spec.base_url:
@@ -143,15 +146,15 @@ class Provider:
         starts_conversation: bool = False,
     ) -> Completion:
         """One chat completion through the cache; raises ModelCallError or ReplayMissError, and
-        BudgetError for a conversation's first call (`starts_conversation`) once --max-cost has
-        been spent.
+        BudgetError when --max-cost leaves no room for the conversation (`starts_conversation`
+        marks its first call; it is admitted at its first call the cache does not answer).
 
         A judge's refusal comes back as a Completion with `refusal` set (judge_reply re-asks), and
         is cached like an answer. `cache_tag` goes into the cache key (the rubric version).
         `conversation` names the conversation the call belongs to (target, scenario, repeat): it is
         part of the cache key, so two conversations never share an answer, even where they say the same."""
         if starts_conversation:
-            self._check_budget(call_label)
+            self.budget.begin(conversation)
         params = spec.params_for(role).request_kwargs(repeat, attempt)
         key = cache_key(
             base_url=spec.base_url or self.builtin_identities.get(spec.id, f"builtin:{spec.id}"),
@@ -179,17 +182,19 @@ class Provider:
                 f"{call_label}: no recorded answer from {spec.id!r} in the cache "
                 f"(--cache-mode replay never calls the network; record a run with --cache-mode use first)"
             )
+        self.budget.admit(conversation, call_label, first_call=starts_conversation)
         extra = {"response_format": response_format} if response_format else {}
         body = {"model": spec.model, "messages": messages, **params, **extra}
-        budget = (lambda: self._check_budget(call_label)) if starts_conversation else None
         try:
-            reply = await self._attempts(spec, body, priority, accept_refusal=role == "judge", check_budget=budget)
+            reply = await self._attempts(spec, body, priority, accept_refusal=role == "judge")
         except _Failed as failed:
             self.counters.errors += 1
             message = f"{call_label}: {spec.id!r} at {self.base_url(spec)} {failed}"
             # Not chained: the endpoint's exception holds its raw text (escape codes, echoed keys).
             raise ModelCallError(redact(inert(message), self._secrets(spec))) from None
         self.counters.answered += 1
+        if spec.price is not None:
+            self.budget.charge(conversation, cost(reply.usage, spec.price))
         if self.cache is not None and self.cache_mode != "off":
             self.cache.put(
                 key, CachedResponse(reply.text, reply.model_version, reply.refusal, reply.finish_reason, reply.usage)
@@ -199,12 +204,6 @@ class Provider:
             usage=reply.usage,
         )
 
-    def _check_budget(self, call_label: str) -> None:
-        if self.max_cost is not None and self.spent > self.max_cost:
-            raise BudgetError(
-                f"{call_label}: not started: the run has spent ${self.spent:.4f}, more than --max-cost ${self.max_cost:g}"
-            )
-
     async def _attempts(
         self,
         spec: ModelSpec,
@@ -212,17 +211,12 @@ class Provider:
         priority: int,
         *,
         accept_refusal: bool,
-        check_budget: Callable[[], None] | None = None,
     ) -> Reply:
-        """Ask until an answer reads, a fault is not transient, or the retries or deadline run out.
-        `check_budget` runs once the first attempt has its slot (spending may have passed
-        --max-cost while the call waited); an answer's cost is counted before the slot is freed."""
+        """Ask until an answer reads, a fault is not transient, or the retries or deadline run out."""
         attempts = spec.max_retries + 1
         give_up_at: float | None = None
         for number in range(1, attempts + 1):
             async with self._limit(spec).slot(priority):
-                if check_budget is not None and number == 1:
-                    check_budget()
                 now = time.monotonic()
                 if give_up_at is None:
                     give_up_at = now + spec.deadline  # from the first attempt: queueing is not the endpoint's
@@ -240,8 +234,6 @@ class Provider:
                         default_model=spec.model,
                         accept_refusal=accept_refusal,
                     )
-                    if spec.price is not None:
-                        self.spent += cost(reply.usage, spec.price)
                     return reply
                 except asyncio.TimeoutError:
                     raise _Failed(

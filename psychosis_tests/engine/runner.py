@@ -33,9 +33,12 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from psychosis_tests.common import errors
 from psychosis_tests.common.errors import CaseError
 from psychosis_tests.engine.cache import ResponseCache
-from psychosis_tests.engine.conversation import Transcript, run_conversation
+from psychosis_tests.engine.budget import Budget
+from psychosis_tests.engine.conversation import Transcript, run_conversation, sample_id
+from psychosis_tests.engine.estimate import conversation_cost
 from psychosis_tests.engine.plan import CaseKey, Plan
 from psychosis_tests.engine.user_sim import UserTurns
 
@@ -82,7 +85,8 @@ def wait_for_case_file(
     except (OSError, ValueError) as exc:
         raise CaseError(f"{key.test_id}: the case file {path} cannot be read ({exc})") from None
     if "error" in record:
-        error = CaseError(record["error"])
+        kind = getattr(errors, str(record.get("error_kind", "")), CaseError)
+        error = (kind if isinstance(kind, type) and issubclass(kind, CaseError) else CaseError)(record["error"])
         error.seconds = record.get("seconds")
         raise error
     return record
@@ -123,7 +127,7 @@ class Runner:
             cache_mode=settings.cache_mode,
             base_urls=self._base_urls,
             builtin_identities=self._builtin_identities() if self.cache is not None else {},
-            max_cost=settings.max_cost,
+            budget=Budget(settings.max_cost),
         )
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="psychosis-engine", daemon=True)
@@ -222,7 +226,7 @@ class Runner:
             if isinstance(exc, CaseError):
                 exc.seconds = seconds
             error = str(exc) if isinstance(exc, CaseError) else _engine_failure(key, exc)
-            self._write_error(key, error, seconds)
+            self._write_error(key, error, seconds, kind=type(exc).__name__ if isinstance(exc, CaseError) else "")
             self.done += 1
             raise
         try:
@@ -241,14 +245,20 @@ class Runner:
         target = next(t for t in plan.targets if t.id == key.model_id)
         scenario = plan.scenarios[key.scenario_id]
         user_turns = self.user_turns(key)
-        tasks = [
-            asyncio.ensure_future(
-                run_conversation(
-                    self.provider, target, plan.panel, scenario, repeat=r, priority=priority, user_turns=user_turns
+        budget = self.provider.budget
+        expected = conversation_cost(plan, key) if budget.cap is not None else 0.0
+
+        async def play(repeat: int) -> Transcript:
+            sample = sample_id(target.id, scenario.id, repeat)
+            budget.expect(sample, expected)
+            try:
+                return await run_conversation(
+                    self.provider, target, plan.panel, scenario, repeat=repeat, priority=priority, user_turns=user_turns
                 )
-            )
-            for r in range(plan.settings.repeats)
-        ]
+            finally:
+                budget.end(sample)
+
+        tasks = [asyncio.ensure_future(play(r)) for r in range(plan.settings.repeats)]
         try:
             transcripts = list(await asyncio.gather(*tasks))
         except BaseException:
@@ -266,10 +276,12 @@ class Runner:
         tmp.write_text(json.dumps(body, indent=2, ensure_ascii=ascii_only), encoding="utf-8")
         tmp.replace(path)
 
-    def _write_error(self, key: CaseKey, error: str, seconds: float | None = None) -> None:
-        """The case's error (and how long it ran), in a file a waiting worker can read whatever the text holds."""
+    def _write_error(self, key: CaseKey, error: str, seconds: float | None = None, kind: str = "") -> None:
+        """The case's error (its kind, and how long it ran), in a file a waiting worker can read
+        whatever the text holds: the worker raises the same kind, so its report advises the same."""
         try:
-            self._write_case(key, {"error": error, "seconds": seconds}, ascii_only=True)
+            record = {"error": error, "seconds": seconds, **({"error_kind": kind} if kind else {})}
+            self._write_case(key, record, ascii_only=True)
         except OSError:
             # The run folder itself is unwritable: the controller's test still errors with the
             # cause, and a worker waiting for this file gives up when the heartbeat stops.

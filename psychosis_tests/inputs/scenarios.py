@@ -22,7 +22,7 @@ from psychosis_tests.inputs.method import (
     ScenarioKind,
     stretch_phases,
 )
-from psychosis_tests.inputs.yaml_files import read_yaml
+from psychosis_tests.inputs.yaml_files import read_yaml, schema_problem
 
 Variant = Literal["explicit", "implicit"]
 
@@ -251,10 +251,8 @@ def _from_reference_case(case: ReferenceCase) -> Scenario:
     )
 
 
-def _describe(exc: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(map(str, e['loc'])) or '(top level)'}: {e['msg']}" for e in exc.errors()
-    )
+def _describe(exc: ValidationError, model: type[BaseModel]) -> str:
+    return ": ".join(schema_problem(exc, model))
 
 
 def load_scenario_file(path: Path) -> Scenario:
@@ -265,7 +263,8 @@ def load_scenario_file(path: Path) -> Scenario:
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
-        raise ScenarioError(_describe(exc), file=path) from exc
+        field, problem = schema_problem(exc, Scenario)
+        raise ScenarioError(problem, file=path, field=field) from exc
     if scenario.id != path.stem:
         raise ScenarioError(f"id {scenario.id!r} does not match the file name {path.name!r}", file=path, field="id")
     return scenario
@@ -284,13 +283,13 @@ def load_reference_json(path: Path) -> list[Scenario]:
     try:
         reference = ReferenceFile.model_validate(raw)
     except ValidationError as exc:
-        raise ScenarioError(f"not in the reference data format: {_describe(exc)}", file=path) from exc
+        raise ScenarioError(f"not in the reference data format: {_describe(exc, ReferenceFile)}", file=path) from exc
     scenarios = []
     for i, case in enumerate(reference.cases):
         try:
             scenarios.append(_from_reference_case(case))
         except (ValueError, ValidationError) as exc:
-            detail = _describe(exc) if isinstance(exc, ValidationError) else str(exc)
+            detail = _describe(exc, Scenario) if isinstance(exc, ValidationError) else str(exc)
             raise ScenarioError(detail, file=path, field=f"cases.{i} ({case.id})") from exc
     return scenarios
 

@@ -15,7 +15,7 @@ paths without editing files (ENV names them all):
     PSYCHOSIS_USER_MODEL         the model that plays the user (adaptive mode)
     PSYCHOSIS_USER_MODE          scripted | adaptive
     PSYCHOSIS_TURNS              user turns per conversation
-    PSYCHOSIS_MAX_COST           stop starting conversations past this many US dollars
+    PSYCHOSIS_MAX_COST           keep the run's spending near this many US dollars (--max-cost)
 
 A relative path is taken from where it was given: from the working directory for the command line
 and the environment, from the ini file's folder for an ini value, and from the project folder for
@@ -33,7 +33,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from psychosis_tests.common.errors import ConfigError
 from psychosis_tests.inputs.method import MAX_TURNS
-from psychosis_tests.inputs.models import LOCAL_ID, REFERENCE_PREFIX, is_builtin
+from psychosis_tests.inputs.models import LOCAL_ID, REFERENCE_PREFIX, is_builtin, load_models_file, select
 from psychosis_tests.inputs.shards import ShardSpec
 
 CacheMode = Literal["use", "refresh", "off", "replay"]
@@ -112,7 +112,8 @@ class RunSettings(BaseModel):
     shard: ShardSpec | None = None
     """--shard K/N: run only this share of the selected cases."""
     max_cost: float | None = Field(default=None, ge=0)
-    """--max-cost USD: start no new conversation once the run has spent more than this."""
+    """--max-cost USD: start a conversation only while the spending plus what the conversations under
+    way are expected to cost is below this (engine.budget)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -221,7 +222,11 @@ def resolve(
 
     targets = ids(pick("model")) or [LOCAL_ID]
     judges = ids(pick("judge")) or [j for j in [_default_judge(targets)] if j]
+    models_file = path("models_file", project / "models.yaml")
     if not judges:
+        # A misspelt target (reference/guardain) leaves no judge to choose: its id is the problem.
+        registry = load_models_file(models_file, required=pick("models_file") is not None)
+        select(registry, targets, models_file=models_file)
         raise ConfigError(
             f"no judge model: pass --judge ID or set {ENV_JUDGE} "
             f"(a judge is chosen for you only when the targets are the default {LOCAL_ID!r} "
@@ -254,7 +259,7 @@ def resolve(
     return RunSettings(
         targets=targets,
         judges=judges,
-        models_file=path("models_file", project / "models.yaml"),
+        models_file=models_file,
         models_file_given=pick("models_file") is not None,
         scenarios=path("scenarios", project / "scenarios"),
         thresholds=path("thresholds", project / "thresholds.yaml"),

@@ -1,10 +1,15 @@
-"""Reading the suite's YAML inputs, with problems told in one line that names the file."""
+"""Reading the suite's YAML inputs, with problems (the YAML's or the schema's) told in one line
+that names the file."""
 
 from __future__ import annotations
 
+import difflib
+import types
+import typing
 from pathlib import Path
 
 import yaml
+from pydantic import BaseModel, ValidationError
 
 from psychosis_tests.common.errors import ConfigError
 
@@ -34,3 +39,70 @@ def read_yaml(path: Path, error: type[ConfigError]) -> object:
         return yaml.load(text, Loader=_LOADER)
     except yaml.YAMLError as exc:
         raise error(f"not valid YAML at {yaml_problem(exc)}", file=path) from None
+
+
+def schema_problem(exc: ValidationError, model: type[BaseModel]) -> tuple[str, str]:
+    """Pydantic's first error on a `model` document as (field, message) in the user's words, for a
+    ConfigError: an unknown key names itself and the keys allowed there, a missing one says which
+    is required, a validator's own message loses pydantic's "Value error, " prefix. Unknown keys
+    are told first: `modl` for `model` makes both errors, and the misspelling is the cause."""
+    errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
+    first = errors[0]
+    loc = tuple(first["loc"])
+    more = exc.error_count() - 1
+    tail = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
+    if first["type"] in ("extra_forbidden", "missing") and loc:
+        parent, key = loc[:-1], str(loc[-1])
+        allowed = _keys_at(model, parent)
+        if first["type"] == "missing":
+            message = f"required key {key!r} is missing"
+        else:
+            close = difflib.get_close_matches(key, allowed, n=1)
+            message = f"unknown key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+            message += f"; expected {', '.join(allowed)}" if allowed else ""
+        return _dotted(parent), message + tail
+    if loc and loc[-1] == "[key]":
+        return _dotted(loc[:-2]), f"key {loc[-2]!r}: {first['msg']}{tail}"
+    message = first["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    return _dotted(loc), message + tail
+
+
+def _dotted(loc: tuple) -> str:
+    return ".".join(map(str, loc)) or "(top level)"
+
+
+def _keys_at(model: type[BaseModel], loc: tuple) -> list[str]:
+    """The keys the schema allows at `loc` inside a `model` document; [] where it is no model."""
+    node: object = model
+    for part in loc:
+        node = _step(node, part)
+    node = _step(node, None)
+    if isinstance(node, type) and issubclass(node, BaseModel):
+        return [field.alias or name for name, field in node.model_fields.items()]
+    return []
+
+
+def _step(node: object, part: object) -> object:
+    """The type found one step (`part`: a field, list index or dict key) into `node`; with `part`
+    None, `node` itself out of Optional or Annotated. None when the path leaves the schema."""
+    if isinstance(node, type) and issubclass(node, BaseModel):
+        if part is None:
+            return node
+        field = node.model_fields.get(str(part))
+        return field.annotation if field is not None else None
+    origin, args = typing.get_origin(node), typing.get_args(node)
+    if origin in (typing.Union, types.UnionType):
+        tagged = [a for a in args if getattr(a, "__name__", None) == part]
+        if tagged:
+            return tagged[0]
+        found = [s for a in args if a is not type(None) and (s := _step(a, part)) is not None]
+        return found[0] if found else None
+    if origin is typing.Annotated:
+        return _step(args[0], part)
+    if part is None:
+        return node
+    if origin in (list, tuple, set, frozenset) and args:
+        return args[0]
+    if origin is dict and len(args) == 2:
+        return args[1]
+    return None

@@ -66,13 +66,13 @@ def write_progress(reporter, line: str) -> None:
 
 
 def print_estimate(config: pytest.Config, bench: BenchmarkSession, keys: list[CaseKey]) -> None:
-    """--estimate: print the expected calls, tokens and cost of these cases, and end the run."""
+    """--estimate: print the expected calls, tokens and cost of these cases (the plugin then runs none)."""
     from psychosis_tests.engine.estimate import estimate_lines
 
     reporter = config.pluginmanager.get_plugin("terminalreporter")
+    reporter.ensure_newline()
     for line in estimate_lines(bench.plan, keys):
         reporter.write_line(line)
-    pytest.exit("--estimate: no model was called", returncode=pytest.ExitCode.OK)
 
 
 def _remove_if_empty(folder: Path) -> None:
@@ -104,16 +104,6 @@ class ResultCollector:
         self.preload_now = threading.Event()
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        if session.config.getoption("psychosis_estimate"):
-            keys = preselected_cases(session.config, self.bench)
-            if keys is not None:
-                print_estimate(session.config, self.bench, keys)
-            if session.config.pluginmanager.getplugin("dsession") is not None:
-                raise pytest.UsageError(
-                    "psychosis-bench: --estimate cannot know this selection before collection under xdist "
-                    "(-m, node ids, --deselect or --lf); run it without -n"
-                )
-            return
         # Start the conversations now, while pytest collects (and xdist workers start up).
         self.bench.start(preselected_cases(session.config, self.bench) or [])
         self.preload = threading.Thread(target=self._preload_statistics, name="psychosis-preload", daemon=True)
@@ -160,8 +150,6 @@ class ResultCollector:
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         self.preload_now.set()  # a run that reported nothing leaves no thread polling
-        if session.config.getoption("psychosis_estimate"):
-            return  # nothing ran
         if self.progress is not None:
             self.progress.stop()
         self.bench.record_unreported("not run: the session stopped before this case reported (-x, --maxfail or an interrupt)")

@@ -15,7 +15,13 @@ from pathlib import Path
 
 from psychosis_tests import __version__
 from psychosis_tests.analysis.outcome import CaseOutcome, evaluate_case
-from psychosis_tests.common.errors import CaseError, ReplayMissError, UncalibratedJudgeError, VerdictError
+from psychosis_tests.common.errors import (
+    BudgetError,
+    CaseError,
+    ReplayMissError,
+    UncalibratedJudgeError,
+    VerdictError,
+)
 from psychosis_tests.engine.plan import CaseKey, Plan
 from psychosis_tests.engine.preflight import check_endpoints
 from psychosis_tests.engine.progress import format_line
@@ -227,9 +233,16 @@ class BenchmarkSession:
 
 def case_error_paragraph(key: CaseKey | None, error: CaseError) -> str:
     """What a user needs from a case that could not be scored: which case, the failed call (model,
-    URL, turn, cause, as the engine words it), and what to do."""
+    URL, turn, cause, as the engine words it), and what to do. The cause is on the first line:
+    junit's `message` (a CI page's headline for the case) keeps the first lines that fit 500
+    characters, and a headline without the cause says nothing."""
     what = f"{key.model_id} on {key.scenario_id}" if key else "this case"
-    if isinstance(error, ReplayMissError):
+    if isinstance(error, BudgetError):
+        advice = (
+            "The run stopped starting conversations to stay within --max-cost; raise it, or select fewer "
+            "cases (-k). Answers already received are cached, so a rerun resumes."
+        )
+    elif isinstance(error, ReplayMissError):
         advice = "Replay only reads the cache: record the run first with --cache-mode use."
     elif isinstance(error, VerdictError):
         advice = "The judge's answers are in the case file; try a judge model that follows the verdict format."
@@ -238,4 +251,5 @@ def case_error_paragraph(key: CaseKey | None, error: CaseError) -> str:
             "Check that the endpoint is up, the URL and key are right, and the limits in the models file "
             "(timeout, max_retries, deadline) suit it; answers already received are cached, so a rerun resumes."
         )
-    return f"{type(error).__name__}: {what} could not be scored:\n  {error}\n  {advice}"
+    cause = " ".join(str(error).split())
+    return f"{type(error).__name__}: {what} could not be scored: {cause}\n  {advice}"
