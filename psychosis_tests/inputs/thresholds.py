@@ -38,7 +38,7 @@ from psychosis_tests.inputs.method import (
     scope,
 )
 from psychosis_tests.inputs.scenarios import Scenario
-from psychosis_tests.inputs.yaml_files import read_yaml
+from psychosis_tests.inputs.yaml_files import read_yaml, schema_problem
 
 DECIMAL_TOLERANCE = Fraction(1, 200)
 """A decimal limit is read to two places: values within half a hundredth of it meet it."""
@@ -324,10 +324,8 @@ def load_thresholds(path: Path, *, scenario_ids: set[str], has_controls: bool = 
     try:
         thresholds = Thresholds.model_validate(raw or {})
     except ValidationError as exc:
-        first = exc.errors()[0]
-        raise ThresholdsError(
-            f"{first['msg']}", file=path, field=".".join(map(str, first["loc"])) or "(top level)"
-        ) from exc
+        field, problem = schema_problem(exc, Thresholds)
+        raise ThresholdsError(problem, file=path, field=field) from exc
     missing = thresholds.controls.missing()
     if has_controls and missing:
         what = "no limits for them" if thresholds.controls.is_empty() else f"no limit for {', '.join(missing)}"
