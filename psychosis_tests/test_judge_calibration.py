@@ -1,31 +1,37 @@
 """The judge calibration gate as pytest tests: `pytest -m judge_calibration --judge ID`.
 
 The plugin runs the calibration once (the same CalibrationSession as `python -m psychosis_tests
-calibrate`) and hands every test its result. One test per metric checks the judge's kappa against
-the minimum in thresholds.yaml; one checks that every item got a valid verdict. Without
-`-m judge_calibration` these tests are deselected, so a plain benchmark run never pays for them.
+calibrate`) and hands every test its result. One test per gated row checks the judge's kappa
+against the minimum in thresholds.yaml: DCS, HES and SIS on the delusion items, SIS and OCC
+(over-caution) on the control items (`sis-controls`, `occ`); one checks that every item got a
+valid verdict. Without `-m judge_calibration` these tests are deselected, so a plain benchmark run
+never pays for them.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from psychosis_tests.inputs.method import METRICS
+from psychosis_tests.inputs.calibration_result import GATED, row_key
 
 pytestmark = pytest.mark.judge_calibration
 
+NEXT = "Do not gate releases on this judge; try a stronger judge, a panel or per-metric mode (docs/judge-validity.md)."
 
-@pytest.mark.parametrize("metric", METRICS)
-def test_judge_agrees_with_gold_labels(psychosis_calibration, metric: str) -> None:
-    """The judge's kappa against the gold labels is at least the gate's minimum for this metric."""
-    row = next(m for m in psychosis_calibration.metrics if m.metric == metric)
+
+@pytest.mark.parametrize(("metric", "kind"), GATED, ids=[row_key(m, k) for m, k in GATED])
+def test_judge_agrees_with_gold_labels(psychosis_calibration, metric: str, kind: str) -> None:
+    """The judge's kappa against the gold labels is at least the gate's minimum on this row."""
+    row = next(m for m in psychosis_calibration.metrics if (m.metric, m.kind) == (metric, kind))
     if not row.passed:
         interval = "n/a" if row.kappa_low is None else f"{row.kappa_low:.2f} to {row.kappa_high:.2f}"
-        worst = [d for d in psychosis_calibration.worst if metric in d.gold and d.gold[metric] != d.judged[metric]][:3]
+        ranked = psychosis_calibration.worst_controls if kind == "control" else psychosis_calibration.worst
+        worst = [d for d in ranked if metric in d.gold and d.gold[metric] != d.judged[metric]][:3]
         lines = [
-            f"{metric.upper()}: kappa {row.kappa if row.kappa is None else round(row.kappa, 3)} "
+            f"{row.title}: kappa {row.kappa if row.kappa is None else round(row.kappa, 3)} "
             f"(95% interval {interval}) < minimum {row.minimum} on {row.n} items; exact agreement {row.exact_agreement:.2f}",
             *(f"  {d.item_id}: gold {d.gold[metric]}, judge {d.judged[metric]}: {d.rationale[:160]!r}" for d in worst),
+            NEXT,
         ]
         pytest.fail("\n".join(lines), pytrace=False)
 

@@ -1,8 +1,8 @@
 """Agreement statistics between a judge and gold labels, or among raters, from kept libraries.
 
 Cohen's kappa is scikit-learn's `cohen_kappa_score` (quadratic weights for the ordinal DCS and
-HES, none for the binary SIS); Krippendorff's alpha is the `krippendorff` package (ordinal for
-DCS and HES, nominal for SIS); the 95% intervals are scipy's `bootstrap` (percentile method,
+HES, none for the binary SIS and OCC); Krippendorff's alpha is the `krippendorff` package (ordinal
+for DCS and HES, nominal for SIS and OCC); the 95% intervals are scipy's `bootstrap` (percentile method,
 items resampled in pairs, fixed seed so a result can be reproduced). Nothing here is hand-written
 statistics: these functions only choose the right call and turn "undefined" into None.
 """
@@ -26,9 +26,14 @@ BOOTSTRAP_RESAMPLES = 1000
 BOOTSTRAP_SEED = 20250914
 
 
+def is_binary(metric: str) -> bool:
+    """SIS and OCC: two levels, no order to weight."""
+    return len(METRIC_RANGE[metric]) == 2
+
+
 def weighting(metric: str) -> str:
-    """quadratic for the ordinal 0-2 metrics, none for the binary SIS."""
-    return "none" if metric == "sis" else "quadratic"
+    """quadratic for the ordinal 0-2 metrics (DCS, HES), none for the binary ones (SIS, OCC)."""
+    return "none" if is_binary(metric) else "quadratic"
 
 
 def _finite(value: float) -> float | None:
@@ -79,7 +84,7 @@ def alpha(ratings: Sequence[Sequence[float]], metric: str) -> float | None:
     data = np.asarray(ratings, dtype=float)
     if data.ndim != 2 or data.shape[0] < 2 or not np.any(np.sum(~np.isnan(data), axis=0) >= 2):
         return None
-    level = "nominal" if metric == "sis" else "ordinal"
+    level = "nominal" if is_binary(metric) else "ordinal"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -98,9 +103,11 @@ def agreement(
     *,
     resamples: int = BOOTSTRAP_RESAMPLES,
     detailed: bool = True,
+    kind: str = "delusion",
 ) -> MetricAgreement:
     """Kappa, exact agreement and alpha of judge against gold; with `detailed`, the bootstrap
-    interval and the confusion matrix too (breakdowns by group leave them out)."""
+    interval and the confusion matrix too (breakdowns by group leave them out). `kind` says
+    whether the items are on delusion or control scenarios (SIS is reported for each apart)."""
     levels = list(METRIC_RANGE[metric])
     n = len(gold)
     low = high = None
@@ -113,6 +120,7 @@ def agreement(
             confusion = [[0] * len(levels) for _ in levels]
     return MetricAgreement(
         metric=metric,
+        kind=kind,  # type: ignore[arg-type]
         n=n,
         kappa=kappa(gold, judged, metric),
         kappa_low=low,

@@ -1,9 +1,12 @@
 """A judge's calibration result: its answers on the calibration set against the gold labels.
 
-Per metric: kappa with its bootstrap interval, exact agreement, alpha and the confusion matrix;
-the same per archetype, variant and phase; the worst disagreements with the judge's rationale;
-agreement among human raters, among a panel's judges, and of the judge with itself over
-repeats; and the gate (every kappa at or above its minimum, no item in error).
+Per (metric, kind of scenario) row: kappa with its bootstrap interval, exact agreement, alpha and
+the confusion matrix; the same per archetype, variant and phase; the worst disagreements with the
+judge's rationale; agreement among human raters, among a panel's judges, and of the judge with
+itself over repeats; and the gate (every gated row's kappa at or above its minimum, no item in
+error). The rows are DCS, HES and SIS over the items on delusion scenarios and SIS and OCC over
+the items on control scenarios (`GATED`); DCS or HES labelled on a control item is reported apart
+and not gated.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from psychosis_tests.analysis.agreement import BOOTSTRAP_RESAMPLES, agreement, a
 from psychosis_tests.engine.calibration_run import ItemJudgement
 from psychosis_tests.inputs.calibration import CalibrationItem, CalibrationSet
 from psychosis_tests.inputs.calibration_result import (
+    GATED,
     CalibrationResult,
     Disagreement,
     GroupAgreement,
@@ -23,58 +27,79 @@ from psychosis_tests.inputs.calibration_result import (
     RaterKappa,
 )
 from psychosis_tests.inputs.judge_identity import JudgeFingerprint
-from psychosis_tests.inputs.method import METRICS
+from psychosis_tests.inputs.method import JUDGED_METRICS
 from psychosis_tests.inputs.thresholds import CalibrationGate
 
 WORST_SHOWN = 10
 
+Row = tuple[str, str]
+"""(metric, kind): one line of the report."""
 
-def _pairs(judged: Sequence[ItemJudgement], metric: str) -> tuple[list[int], list[int]]:
+
+def rows_of(items: Sequence[CalibrationItem]) -> list[Row]:
+    """The gated rows, then every other (metric, kind) some item is labelled on, in a stable order."""
+    labelled = {(m, item.kind) for item in items for m in item.metrics}
+    extra = [(m, k) for k in ("delusion", "control") for m in JUDGED_METRICS if (m, k) in labelled and (m, k) not in GATED]
+    return [*GATED, *extra]
+
+
+def _on(item: CalibrationItem, row: Row) -> bool:
+    metric, kind = row
+    return item.kind == kind and metric in item.metrics
+
+
+def _pairs(judged: Sequence[ItemJudgement], row: Row) -> tuple[list[int], list[int]]:
     gold, scores = [], []
     for j in judged:
-        if metric in j.item.metrics:
-            gold.append(j.item.gold(metric))
-            scores.append(j.scores()[metric])
+        if _on(j.item, row):
+            gold.append(j.item.gold(row[0]))
+            scores.append(j.scores()[row[0]])
     return gold, scores
 
 
-def _groups(judged: Sequence[ItemJudgement]) -> list[GroupAgreement]:
+def _groups(judged: Sequence[ItemJudgement], rows: Sequence[Row]) -> list[GroupAgreement]:
     keys: dict[str, Callable[[CalibrationItem], str]] = {
         "archetype": lambda i: i.scenario.archetype,
         "variant": lambda i: i.scenario.variant,
         "phase": lambda i: str(i.phase),
     }
-    rows: list[GroupAgreement] = []
+    out: list[GroupAgreement] = []
     for by, key in keys.items():
         for group in sorted({key(j.item) for j in judged}):
             members = [j for j in judged if key(j.item) == group]
-            for metric in METRICS:
-                gold, scores = _pairs(members, metric)
+            for metric, kind in rows:
+                gold, scores = _pairs(members, (metric, kind))
                 if gold:
-                    rows.append(GroupAgreement(by=by, group=group, agreement=agreement(gold, scores, metric, detailed=False)))  # type: ignore[arg-type]
-    return rows
+                    row = agreement(gold, scores, metric, detailed=False, kind=kind)
+                    out.append(GroupAgreement(by=by, group=group, agreement=row))  # type: ignore[arg-type]
+    return out
 
 
-def _worst(judged: Sequence[ItemJudgement]) -> list[Disagreement]:
-    rows = []
+def _worst(judged: Sequence[ItemJudgement], kind: str) -> list[Disagreement]:
+    """The largest disagreements among the items of one kind (a control item's distance is at
+    most 2, so control items are ranked apart from delusion items, whose distance reaches 5)."""
+    found = []
     for j in judged:
+        if j.item.kind != kind:
+            continue
         gold = {m: j.item.gold(m) for m in j.item.metrics}
         scores = j.scores()
         distance = sum(abs(gold[m] - scores[m]) for m in gold)
         if distance:
-            rows.append(
+            found.append(
                 Disagreement(
-                    item_id=j.item.id, scenario=j.item.scenario.id, turn=j.item.turn, distance=distance,
-                    gold=gold, judged=scores, rationale=j.answers[0].verdict.rationale, reason=j.item.reason,
-                    reply=j.item.reply,
+                    item_id=j.item.id, scenario=j.item.scenario.id, kind=j.item.kind, turn=j.item.turn,
+                    distance=distance, gold=gold, judged=scores, rationale=j.answers[0].verdict.rationale,
+                    reason=j.item.reason, reply=j.item.reply,
                 )
             )
-    rows.sort(key=lambda d: (-d.distance, -max(abs(d.gold[m] - d.judged[m]) for m in d.gold), d.item_id))
-    return rows[:WORST_SHOWN]
+    found.sort(key=lambda d: (-d.distance, -max(abs(d.gold[m] - d.judged[m]) for m in d.gold), d.item_id))
+    return found[:WORST_SHOWN]
 
 
-def _among(columns: list[dict[str, float]], metric: str, names: Sequence[str]) -> RaterAgreement | None:
+def _among(columns: list[dict[str, float]], row: Row, names: Sequence[str]) -> RaterAgreement | None:
     """Agreement of several raters; `columns` holds one {rater: value} per item."""
+    metric, kind = row
     usable = [c for c in columns if len(c) >= 2]
     if not usable:
         return None
@@ -85,68 +110,62 @@ def _among(columns: list[dict[str, float]], metric: str, names: Sequence[str]) -
         firsts, seconds = zip(*(list(c.values()) for c in usable), strict=True)
         pair = kappa([int(v) for v in firsts], [int(v) for v in seconds], metric)
     return RaterAgreement(
-        metric=metric, raters=len(names), items=len(usable), alpha=alpha(matrix, metric),
-        disagreeing_items=disagreeing, kappa=pair,
+        metric=metric, kind=kind, raters=len(names), items=len(usable),  # type: ignore[arg-type]
+        alpha=alpha(matrix, metric), disagreeing_items=disagreeing, kappa=pair,
     )
 
 
-def _per_rater(judged: Sequence[ItemJudgement]) -> list[RaterKappa]:
+def _per_rater(judged: Sequence[ItemJudgement], rows: Sequence[Row]) -> list[RaterKappa]:
     names = sorted({label.rater for j in judged for label in j.item.labels})
     if len(names) < 2:
         return []
-    rows = []
+    out = []
     for name in names:
-        for metric in METRICS:
+        for metric, kind in rows:
             pairs = [
                 (label.scores()[metric], j.scores()[metric])
                 for j in judged
-                if metric in j.item.metrics
+                if _on(j.item, (metric, kind))
                 for label in j.item.labels
                 if label.rater == name
             ]
             if pairs:
                 rater, judge = [p[0] for p in pairs], [p[1] for p in pairs]
-                rows.append(
+                out.append(
                     RaterKappa(
-                        rater=name, metric=metric, n=len(pairs), kappa=kappa(rater, judge, metric),
+                        rater=name, metric=metric, kind=kind, n=len(pairs), kappa=kappa(rater, judge, metric),  # type: ignore[arg-type]
                         exact_agreement=sum(a == b for a, b in pairs) / len(pairs),
                     )
                 )
-    return rows
+    return out
 
 
-def _inter_rater(items: Sequence[CalibrationItem]) -> list[RaterAgreement]:
-    names = sorted({label.rater for item in items for label in item.labels})
-    rows = []
-    for metric in METRICS:
-        columns = [
-            {label.rater: float(label.scores()[metric]) for label in item.labels}
-            for item in items
-            if metric in item.metrics
-        ]
-        row = _among(columns, metric, names)
-        if row is not None:
-            rows.append(row)
-    return rows
+def _inter_rater(items: Sequence[CalibrationItem], rows: Sequence[Row]) -> list[RaterAgreement]:
+    out = []
+    for row in rows:
+        columns = [{label.rater: float(label.scores()[row[0]]) for label in item.labels} for item in items if _on(item, row)]
+        names = sorted({name for column in columns for name in column})  # those who labelled this row
+        found = _among(columns, row, names)
+        if found is not None:
+            out.append(found)
+    return out
 
 
-def _self_consistency(judged: Sequence[ItemJudgement]) -> list[RaterAgreement]:
+def _self_consistency(judged: Sequence[ItemJudgement], rows: Sequence[Row]) -> list[RaterAgreement]:
     repeats = min((len(j.answers) for j in judged), default=0)
     if repeats < 2:
         return []
     names = [str(r) for r in range(repeats)]
-    rows = []
-    for metric in METRICS:
-        columns = [
-            {str(r): float(j.scores(r)[metric]) for r in range(repeats)} for j in judged if metric in j.item.metrics
-        ]
-        row = _among(columns, metric, names)
-        if row is not None:
-            rows.append(row)
-    return rows
+    out = []
+    for row in rows:
+        columns = [{str(r): float(j.scores(r)[row[0]]) for r in range(repeats)} for j in judged if _on(j.item, row)]
+        found = _among(columns, row, names)
+        if found is not None:
+            out.append(found)
+    return out
 
 
-def _panel(judged: Sequence[ItemJudgement]) -> tuple[list[RaterAgreement], dict[str, int]]:
+def _panel(judged: Sequence[ItemJudgement], rows: Sequence[Row]) -> tuple[list[RaterAgreement], dict[str, int]]:
     judges = list(dict.fromkeys(v.judge_id for j in judged for v in j.answers[0].votes)) if judged else []
     failures = {name: 0 for name in judges}
     for j in judged:
@@ -155,17 +174,17 @@ def _panel(judged: Sequence[ItemJudgement]) -> tuple[list[RaterAgreement], dict[
                 failures[vote.judge_id] += 1
     if len(judges) < 2:
         return [], {k: v for k, v in failures.items() if v}
-    rows = []
-    for metric in METRICS:
+    out = []
+    for row in rows:
         columns = [
-            {v.judge_id: float(getattr(v.verdict, metric)) for v in j.answers[0].votes if v.verdict is not None}
+            {v.judge_id: float(getattr(v.verdict, row[0])) for v in j.answers[0].votes if v.verdict is not None}
             for j in judged
-            if metric in j.item.metrics
+            if _on(j.item, row)
         ]
-        row = _among(columns, metric, judges)
-        if row is not None:
-            rows.append(row)
-    return rows, {k: v for k, v in failures.items() if v}
+        found = _among(columns, row, judges)
+        if found is not None:
+            out.append(found)
+    return out, {k: v for k, v in failures.items() if v}
 
 
 def calibration_result(
@@ -181,31 +200,38 @@ def calibration_result(
 ) -> CalibrationResult:
     judged = [j for j in judgements if j.error is None]
     errors = [f"{j.item.id}: {j.error}" for j in judgements if j.error is not None]
-    metrics = []
-    for metric in METRICS:
-        gold, scores = _pairs(judged, metric)
-        row = agreement(gold, scores, metric, resamples=resamples)
-        row.minimum = gate.min_kappa[metric]
-        row.passed = row.kappa is not None and row.kappa >= row.minimum
-        metrics.append(row)
-    panel_rows, failures = _panel(judged)
+    rows = rows_of(calibration.items)
+    gated, ungated = [], []
+    for metric, kind in rows:
+        gold, scores = _pairs(judged, (metric, kind))
+        found = agreement(gold, scores, metric, resamples=resamples, kind=kind)
+        if (metric, kind) in GATED:
+            found.minimum = gate.min_kappa[metric]  # type: ignore[index]
+            found.passed = found.kappa is not None and found.kappa >= found.minimum
+            gated.append(found)
+        else:
+            ungated.append(found)
+    panel_rows, failures = _panel(judged, rows)
     return CalibrationResult(
         run_id=run_id,
         finished_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         calibration_path=str(calibration.path),
         items=len(calibration.items),
+        control_items=sum(1 for item in calibration.items if item.kind == "control"),
         judged_items=len(judged),
         errors=errors,
         judge=judge,
         fingerprint=fingerprint,
         repeats=repeats,
-        metrics=metrics,
-        breakdown=_groups(judged),
-        worst=_worst(judged),
-        inter_rater=_inter_rater(calibration.items),
-        per_rater=_per_rater(judged),
-        self_consistency=_self_consistency(judged),
+        metrics=gated,
+        ungated=ungated,
+        breakdown=_groups(judged, rows),
+        worst=_worst(judged, "delusion"),
+        worst_controls=_worst(judged, "control"),
+        inter_rater=_inter_rater(calibration.items, rows),
+        per_rater=_per_rater(judged, rows),
+        self_consistency=_self_consistency(judged, rows),
         panel_agreement=panel_rows,
         judge_failures=failures,
-        passed=not errors and all(m.passed for m in metrics),
+        passed=not errors and all(m.passed for m in gated),
     )

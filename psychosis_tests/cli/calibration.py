@@ -49,7 +49,7 @@ def add_calibrate_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def calibrate(args: argparse.Namespace) -> int:
-    from psychosis_tests.reports.calibration import MARKDOWN_FILE, terminal_lines
+    from psychosis_tests.reports.calibration import MARKDOWN_FILE, next_steps, terminal_lines
     from psychosis_tests.sessions.calibration import CalibrationSession
 
     values = {
@@ -61,8 +61,11 @@ def calibrate(args: argparse.Namespace) -> int:
     settings = resolve(values.get, dict(os.environ), root)
     path = args.calibration if args.calibration is not None else root / DEFAULT_CALIBRATION
     session = CalibrationSession(settings, path, judge_repeats=args.judge_repeats, resamples=args.bootstrap_resamples)
-    print(f"psychosis-bench calibrate: judge {session.panel.id}; {len(session.calibration.items)} items from {path}; "
-          f"repeats {args.judge_repeats}; cache {settings.cache_mode} ({settings.cache_path})", flush=True)
+    items = session.calibration.items
+    controls = sum(1 for item in items if item.kind == "control")
+    print(f"psychosis-bench calibrate: judge {session.panel.id}; {len(items)} items ({controls} on control scenarios, "
+          f"judged with OCC) from {path}; repeats {args.judge_repeats}; cache {settings.cache_mode} ({settings.cache_path})",
+          flush=True)
     result = session.run(progress=lambda line: print(line, file=sys.stderr, flush=True))
     print("\n".join(terminal_lines(result)))
     print(f"run folder: {session.run_dir}")
@@ -72,6 +75,9 @@ def calibrate(args: argparse.Namespace) -> int:
         args.alluredir.mkdir(parents=True, exist_ok=True)
         markdown = (session.run_dir / MARKDOWN_FILE).read_text(encoding="utf-8")
         write_allure_calibration(args.alluredir, result, markdown)
+    steps = next_steps(result)
+    if steps:  # after a FAIL, the output ends with what to do next
+        print("\n".join(steps))
     return EXIT_OK if result.passed else EXIT_GATE_FAILED
 
 

@@ -2,8 +2,11 @@
 
 Each item's conversation goes to `JudgePanel.score` (so `judge_reply`, its re-asks, judge modes
 and panels are the benchmark's), through one Provider with the run's cache mode and cache file
-and each judge's own concurrency cap. Every item (and every repeat of it, with its own seed and
-cache entry) is in flight at once. A failed item is kept with its error, never scored.
+and each judge's own concurrency cap. The judge is asked what a benchmark run asks on that
+scenario and turn (`CalibrationItem.asked`): on a control scenario OCC too, with the rubric's
+control paragraph, exactly the request a benchmark's control turn sends. Every item (and every
+repeat of it, with its own seed and cache entry) is in flight at once. A failed item is kept with
+its error, never scored.
 """
 
 from __future__ import annotations
@@ -32,8 +35,14 @@ class ItemJudgement:
     error: str | None = None
 
     def scores(self, repeat: int = 0) -> dict[str, int]:
+        """The judge's scores on the metrics the item is labelled on (those compared with gold)."""
         verdict = self.answers[repeat].verdict
         return {m: int(getattr(verdict, m)) for m in self.item.metrics}
+
+    def asked_scores(self, repeat: int = 0) -> dict[str, int]:
+        """Every score the judge gave, labelled or not (DCS and HES on a control item too)."""
+        verdict = self.answers[repeat].verdict
+        return {m: int(getattr(verdict, m)) for m in self.item.asked}
 
 
 async def judge_items(
@@ -53,7 +62,7 @@ async def judge_items(
             answers = await asyncio.gather(
                 *(
                     panel.score(
-                        provider, list(item.conversation), item.metrics, item.scenario.judge_harm,
+                        provider, list(item.conversation), item.asked, item.scenario.judge_harm,
                         call_label=f"{label} repeat {r}", repeat=r, priority=index,
                     )
                     for r in range(repeats)

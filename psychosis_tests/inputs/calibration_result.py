@@ -3,6 +3,11 @@
 `calibrate` writes one run folder `<report-dir>/<run-id>-calibration/` with calibration.json
 (this schema), calibration.md and the judge's per-item answers. A benchmark run looks in its
 report folder for the newest result with its own judge fingerprint.
+
+Agreement is reported per metric and per kind of scenario: DCS, HES and SIS over the items on
+delusion scenarios, OCC and SIS over the items on control scenarios (`GATED`, the judge's answers
+that a benchmark's gate reads). SIS is kept apart on controls because there it measures
+over-referral, not missed help, and pooling would let either hide the other.
 """
 
 from __future__ import annotations
@@ -13,20 +18,42 @@ from typing import Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from psychosis_tests.inputs.judge_identity import JudgeFingerprint
+from psychosis_tests.inputs.method import ScenarioKind, gated_metrics
 
 CALIBRATION_FORMAT = "psychosis-bench-calibration/1"
 CALIBRATION_FILE = "calibration.json"
+
+GATED: tuple[tuple[str, ScenarioKind], ...] = tuple(
+    (metric, kind) for kind in ("delusion", "control") for metric in gated_metrics(kind)
+)
+"""(metric, kind) rows the calibration gate checks, in report order: the metrics the benchmark's
+gate reads on each kind of scenario (`inputs.method.SCOPES`), DCS, HES and SIS on delusion
+scenarios and SIS and OCC on controls. Both SIS rows use `calibration.min_kappa.sis`. DCS and HES
+on control items, when an item labels them, are reported but not gated, as the benchmark records
+but does not gate them on controls."""
+
+
+def row_title(metric: str, kind: str) -> str:
+    """How reports name a (metric, kind) row: DCS, SIS, OCC, SIS (controls)."""
+    return metric.upper() if kind == "delusion" or metric == "occ" else f"{metric.upper()} (controls)"
+
+
+def row_key(metric: str, kind: str) -> str:
+    """A plain name for a (metric, kind) row, for test ids: dcs, sis, occ, sis-controls."""
+    return metric if kind == "delusion" or metric == "occ" else f"{metric}-controls"
 
 
 class MetricAgreement(BaseModel):
     """Judge against the gold labels on one metric (over one group of items)."""
 
     metric: str
+    kind: ScenarioKind = "delusion"
+    """Whether the items are on delusion or on control scenarios (OCC: always control)."""
     n: int
     """Items with both a gold label and a judge score on this metric."""
     kappa: float | None
-    """Cohen's kappa: quadratic-weighted for DCS and HES, unweighted for SIS; None when undefined
-    (both sides constant and equal)."""
+    """Cohen's kappa: quadratic-weighted for DCS and HES, unweighted for SIS and OCC; None when
+    undefined (both sides constant and equal, or no items)."""
     kappa_low: float | None = None
     """Lower end of the 95% bootstrap interval (percentile, 2000 resamples, fixed seed)."""
     kappa_high: float | None = None
@@ -35,7 +62,7 @@ class MetricAgreement(BaseModel):
     exact_agreement: float
     """Share of items where the judge gave exactly the gold label."""
     alpha: float | None = None
-    """Krippendorff's alpha of judge and gold (ordinal for DCS/HES, nominal for SIS)."""
+    """Krippendorff's alpha of judge and gold (ordinal for DCS/HES, nominal for SIS/OCC)."""
     levels: list[int] = Field(default_factory=list)
     """The metric's levels, the order of the confusion matrix's rows and columns."""
     confusion: list[list[int]] = Field(default_factory=list)
@@ -43,7 +70,15 @@ class MetricAgreement(BaseModel):
     minimum: float | None = None
     """The gate's minimum kappa for this metric (absent in breakdowns)."""
     passed: bool | None = None
-    """kappa >= minimum (absent in breakdowns)."""
+    """kappa >= minimum (absent in breakdowns and in rows the gate does not check)."""
+
+    @property
+    def title(self) -> str:
+        return row_title(self.metric, self.kind)
+
+    @property
+    def key(self) -> str:
+        return row_key(self.metric, self.kind)
 
 
 class GroupAgreement(BaseModel):
@@ -59,6 +94,8 @@ class Disagreement(BaseModel):
 
     item_id: str
     scenario: str
+    kind: ScenarioKind = "delusion"
+    """The scenario's kind."""
     turn: int
     distance: int
     """Sum over metrics of |judge - gold|."""
@@ -76,12 +113,13 @@ class RaterAgreement(BaseModel):
     """Agreement among several raters (humans, or one judge asked several times) on one metric."""
 
     metric: str
+    kind: ScenarioKind = "delusion"
     raters: int
     """Raters (or repeats) compared."""
     items: int
     """Items with at least two of them."""
     alpha: float | None
-    """Krippendorff's alpha (ordinal for DCS/HES, nominal for SIS); None when undefined."""
+    """Krippendorff's alpha (ordinal for DCS/HES, nominal for SIS/OCC); None when undefined."""
     disagreeing_items: int = 0
     """Items on which they did not all give the same value."""
     kappa: float | None = None
@@ -94,6 +132,7 @@ class RaterKappa(BaseModel):
 
     rater: str
     metric: str
+    kind: ScenarioKind = "delusion"
     n: int
     """Items this rater labelled on this metric (and the judge scored)."""
     kappa: float | None
@@ -111,6 +150,8 @@ class CalibrationResult(BaseModel):
     """The calibration set (folder or file) that was scored."""
     items: int
     """Items in the set."""
+    control_items: int = 0
+    """Of those, items on control scenarios (judged with OCC)."""
     judged_items: int
     """Items every repeat of which got a valid verdict."""
     errors: list[str] = Field(default_factory=list)
@@ -121,9 +162,14 @@ class CalibrationResult(BaseModel):
     repeats: int = 1
     """Times each item was judged (--judge-repeats); agreement uses the first answer."""
     metrics: list[MetricAgreement]
+    """The gated rows (GATED), each with its minimum and verdict."""
+    ungated: list[MetricAgreement] = Field(default_factory=list)
+    """Labelled but not gated: DCS and HES on control items that carry them."""
     breakdown: list[GroupAgreement] = Field(default_factory=list)
     worst: list[Disagreement] = Field(default_factory=list)
-    """The 10 largest disagreements."""
+    """The 10 largest disagreements on delusion items."""
+    worst_controls: list[Disagreement] = Field(default_factory=list)
+    """The 10 largest disagreements on control items (ranked apart: their distance is at most 2)."""
     inter_rater: list[RaterAgreement] = Field(default_factory=list)
     """Human raters among themselves, on items labelled by several."""
     per_rater: list[RaterKappa] = Field(default_factory=list)
@@ -135,14 +181,16 @@ class CalibrationResult(BaseModel):
     judge_failures: dict[str, int] = Field(default_factory=dict)
     """Per panel judge, items it failed on while the panel still gave a verdict."""
     passed: bool
-    """Every metric's kappa at or above its minimum and no item in error."""
+    """Every gated row's kappa at or above its minimum and no item in error."""
 
     def summary_line(self) -> str:
         """One line for a benchmark run's header and summary."""
         kappas = ", ".join(
-            f"{m.metric.upper()} kappa {m.kappa:.2f}" if m.kappa is not None else f"{m.metric.upper()} kappa n/a"
+            f"{m.title} kappa {m.kappa:.2f}" if m.kappa is not None else f"{m.title} kappa n/a"
             for m in self.metrics
         )
+        if not any(m.metric == "occ" for m in self.metrics):
+            kappas += ", OCC not measured (calibrated before the set had control items)"
         verdict = "passes" if self.passed else "FAILS"
         return (
             f"judge calibrated: {verdict} the calibration gate ({kappas}; {self.judged_items} of {self.items} items; "

@@ -74,9 +74,12 @@ def configure_node(node) -> None:
 
 def header_lines(config: pytest.Config) -> list[str]:
     calibration = config.stash[calibration_key]
+    items = calibration.calibration.items
+    controls = sum(1 for item in items if item.kind == "control")
     return [
-        f"psychosis-bench judge calibration: judge {calibration.panel.id}; {len(calibration.calibration.items)} items "
-        f"from {calibration.calibration.path}; repeats {calibration.judge_repeats}; run folder {calibration.run_dir}"
+        f"psychosis-bench judge calibration: judge {calibration.panel.id}; {len(items)} items ({controls} on control "
+        f"scenarios, judged with OCC) from {calibration.calibration.path}; repeats {calibration.judge_repeats}; "
+        f"run folder {calibration.run_dir}"
     ]
 
 

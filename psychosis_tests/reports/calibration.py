@@ -4,7 +4,10 @@
     reports/<run-id>-calibration/calibration.md     the tables, for people and pull requests
     reports/<run-id>-calibration/answers.jsonl      every item's gold labels and the judge's answers
 
-Judge rationales, replies and error messages are untrusted text: markdown_text makes them inert.
+Rows are per metric and kind of scenario: DCS, HES and SIS on the delusion items, SIS (controls)
+and OCC on the control items. After a FAIL, both the terminal output and calibration.md end with
+what to do next (`next_steps`). Judge rationales, replies and error messages are untrusted text:
+markdown_text makes them inert.
 """
 
 from __future__ import annotations
@@ -14,11 +17,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from psychosis_tests.engine.calibration_run import ItemJudgement
-from psychosis_tests.inputs.calibration_result import CALIBRATION_FILE, CalibrationResult, MetricAgreement, RaterAgreement
+from psychosis_tests.inputs.calibration_result import (
+    CALIBRATION_FILE,
+    CalibrationResult,
+    Disagreement,
+    MetricAgreement,
+    RaterAgreement,
+    row_title,
+)
 from psychosis_tests.reports.tables import format_number, markdown_text
 
 MARKDOWN_FILE = "calibration.md"
 ANSWERS_FILE = "answers.jsonl"
+VALIDITY_DOC = "docs/judge-validity.md"
 
 
 def _kappa(row: MetricAgreement) -> str:
@@ -31,20 +42,70 @@ def _interval(row: MetricAgreement) -> str:
     return f"{row.kappa_low:.2f} to {row.kappa_high:.2f}"
 
 
-def terminal_lines(result: CalibrationResult) -> list[str]:
-    """The per-metric table and the gate's verdict, for the terminal."""
-    header = f"{'metric':<6} {'n':>4} {'kappa':>6} {'95% interval':>14} {'min':>5} {'exact':>6} {'alpha':>6}  gate"
-    lines = [f"judge {result.judge} on {result.judged_items} of {result.items} items ({result.calibration_path})", header, "-" * len(header)]
-    for row in result.metrics:
+def _gate(row: MetricAgreement) -> str:
+    if row.passed is None:
+        return "not gated"
+    return "pass" if row.passed else "FAIL"
+
+
+def _unmeasured(result: CalibrationResult) -> list[MetricAgreement]:
+    """Gated rows without a single judged item (a set without control items has no OCC)."""
+    return [m for m in result.metrics if m.n == 0]
+
+
+def next_steps(result: CalibrationResult, *, markdown: bool = False) -> list[str]:
+    """What to do after a FAIL, a heading line then one line per step (empty when the judge
+    passed): the last thing the terminal prints and the last section of calibration.md."""
+    if result.passed:
+        return []
+
+    def code(text: str) -> str:
+        return f"`{text}`" if markdown else text
+
+    failing = [m.title for m in result.metrics if not m.passed]
+    why = f" ({', '.join(failing)} below the minimum)" if failing else ""
+    lines = [
+        "What to do next:",
+        f"- Do not gate releases on this judge: it failed the calibration gate{why}. A benchmark run judged by it "
+        f"says so in its header and summary, and {code('--require-calibrated-judge')} refuses it.",
+        f"- Try a stronger judge model: add it to the models file, then {code('calibrate --judge ID')}.",
+        f"- Try a panel of judges that vote: {code('calibrate --judge A --judge B --judge C')}.",
+        f"- Try per-metric mode ({code('judge_mode: per-metric')} on the judge's models-file entry: one metric per call).",
+        f"- See what it confuses: the confusion matrices and worst disagreements {'above' if markdown else 'in calibration.md'}.",
+    ]
+    if result.errors:
+        lines.append("- Some items could not be judged: fix what their errors name (endpoint, key, verdict format) and rerun.")
+    missing = _unmeasured(result)
+    if missing:
         lines.append(
-            f"{row.metric.upper():<6} {row.n:>4} {_kappa(row):>6} {_interval(row):>14} {format_number(row.minimum):>5} "
-            f"{row.exact_agreement:>6.2f} {format_number(row.alpha):>6}  {'pass' if row.passed else 'FAIL'}"
+            f"- {', '.join(m.title for m in missing)}: no items in this set. Control items ship in "
+            f"{code('calibration/*-controls.yaml')}: copy them next to your own labels."
+        )
+    lines.append(f"- The method, the options and the reference judges' figures: {code(VALIDITY_DOC)}.")
+    return lines
+
+
+def terminal_lines(result: CalibrationResult) -> list[str]:
+    """The per-row table and the gate's verdict, for the terminal (next_steps comes after the run folder)."""
+    header = f"{'metric':<15} {'n':>4} {'kappa':>6} {'95% interval':>14} {'min':>5} {'exact':>6} {'alpha':>6}  gate"
+    controls = f", {result.control_items} on control scenarios" if result.control_items else ""
+    lines = [
+        f"judge {result.judge} on {result.judged_items} of {result.items} items{controls} ({result.calibration_path})",
+        header,
+        "-" * len(header),
+    ]
+    for row in [*result.metrics, *result.ungated]:
+        lines.append(
+            f"{row.title:<15} {row.n:>4} {_kappa(row):>6} {_interval(row):>14} {format_number(row.minimum):>5} "
+            f"{row.exact_agreement:>6.2f} {format_number(row.alpha):>6}  {_gate(row)}"
         )
     for r in result.inter_rater:
         lines.append(
-            f"raters among themselves, {r.metric.upper()}: alpha {format_number(r.alpha)}, kappa {format_number(r.kappa)} "
+            f"raters among themselves, {row_title(r.metric, r.kind)}: alpha {format_number(r.alpha)}, kappa {format_number(r.kappa)} "
             f"({r.disagreeing_items} of {r.items} items disagree)"
         )
+    for m in _unmeasured(result):
+        lines.append(f"{m.title}: no judged item in this set, so the judge is not measured on it (the gate fails)")
     if result.errors:
         lines.append(f"{len(result.errors)} item(s) could not be judged (the gate fails): {result.errors[0]}")
     for judge, count in result.judge_failures.items():
@@ -60,7 +121,8 @@ def _rater_rows(title: str, rows: Sequence[RaterAgreement], what: str) -> list[s
              "|---|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(
-            f"| {r.metric.upper()} | {r.raters} | {r.items} | {r.disagreeing_items} | {format_number(r.alpha)} | {format_number(r.kappa)} |"
+            f"| {row_title(r.metric, r.kind)} | {r.raters} | {r.items} | {r.disagreeing_items} | {format_number(r.alpha)} | "
+            f"{format_number(r.kappa)} |"
         )
     return lines
 
@@ -70,55 +132,15 @@ def _per_rater_rows(result: CalibrationResult) -> list[str]:
         return []
     lines = ["", "### The judge against each rater", "", "| rater | metric | items | kappa | exact agreement |", "|---|---|---:|---:|---:|"]
     for r in result.per_rater:
-        lines.append(f"| {markdown_text(r.rater)} | {r.metric.upper()} | {r.n} | {format_number(r.kappa)} | {r.exact_agreement:.2f} |")
+        lines.append(
+            f"| {markdown_text(r.rater)} | {row_title(r.metric, r.kind)} | {r.n} | {format_number(r.kappa)} | {r.exact_agreement:.2f} |"
+        )
     return lines
 
 
-def markdown_lines(result: CalibrationResult) -> list[str]:
-    lines = [
-        f"## Judge calibration {result.run_id}: {'passed' if result.passed else 'FAILED'}",
-        "",
-        f"Judge `{markdown_text(result.judge)}` (fingerprint `{result.fingerprint.hash}`, mode "
-        f"{', '.join(sorted({j.judge_mode for j in result.fingerprint.judges}))}); calibration set "
-        f"`{markdown_text(result.calibration_path)}`: {result.judged_items} of {result.items} items judged; "
-        f"repeats {result.repeats}.",
-        "",
-        "Cohen's kappa is quadratic-weighted for DCS and HES and unweighted for SIS; the interval is a 95% "
-        "percentile bootstrap over items; alpha is Krippendorff's (ordinal DCS/HES, nominal SIS) of judge and gold.",
-        "",
-        "| metric | items | kappa | 95% interval | minimum | gate | exact agreement | alpha |",
-        "|---|---:|---:|---|---:|---|---:|---:|",
-    ]
-    for row in result.metrics:
-        lines.append(
-            f"| {row.metric.upper()} | {row.n} | {_kappa(row)} | {_interval(row)} | {format_number(row.minimum)} | "
-            f"{'pass' if row.passed else '**FAIL**'} | {row.exact_agreement:.2f} | {format_number(row.alpha)} |"
-        )
-    if result.errors:
-        lines += ["", f"**{len(result.errors)} item(s) could not be judged; the gate fails:**", ""]
-        lines += [f"- {markdown_text(e)}" for e in result.errors]
-    if result.judge_failures:
-        lines += ["", "Panel judges that failed on some items (the panel scored those items without them):", ""]
-        lines += [f"- `{markdown_text(j)}`: {n} item(s)" for j, n in result.judge_failures.items()]
-    lines += ["", "### Confusion matrices (rows: gold, columns: judge)", ""]
-    for row in result.metrics:
-        lines += [f"{row.metric.upper()}:", "", "| gold \\ judge | " + " | ".join(map(str, row.levels)) + " |",
-                  "|---|" + "---:|" * len(row.levels)]
-        lines += [f"| {level} | " + " | ".join(map(str, counts)) + " |" for level, counts in zip(row.levels, row.confusion, strict=True)]
-        lines.append("")
-    lines += ["### Breakdown", "", "kappa (exact agreement, items) per group.", "",
-              "| by | group | DCS | HES | SIS |", "|---|---|---|---|---|"]
-    groups: dict[tuple[str, str], dict[str, MetricAgreement]] = {}
-    for g in result.breakdown:
-        groups.setdefault((g.by, g.group), {})[g.agreement.metric] = g.agreement
-    for (by, group), cells in groups.items():
-        shown = [
-            f"{_kappa(cells[m])} ({cells[m].exact_agreement:.2f}, {cells[m].n})" if m in cells else "n/a"
-            for m in ("dcs", "hes", "sis")
-        ]
-        lines.append(f"| {by} | {markdown_text(group)} | " + " | ".join(shown) + " |")
-    lines += ["", f"### The {len(result.worst)} worst disagreements", ""]
-    for d in result.worst:
+def _worst_lines(title: str, worst: Sequence[Disagreement]) -> list[str]:
+    lines = ["", f"### {title}", ""]
+    for d in worst:
         gold = ", ".join(f"{m.upper()} {v}" for m, v in d.gold.items())
         judged = ", ".join(f"{m.upper()} {v}" for m, v in d.judged.items())
         lines += [
@@ -127,10 +149,71 @@ def markdown_lines(result: CalibrationResult) -> list[str]:
             f"  - gold reason: {markdown_text(d.reason)}",
             f"  - judge rationale: {markdown_text(d.rationale[:400])}",
         ]
+    return lines
+
+
+def markdown_lines(result: CalibrationResult) -> list[str]:
+    rows = [*result.metrics, *result.ungated]
+    lines = [
+        f"## Judge calibration {result.run_id}: {'passed' if result.passed else 'FAILED'}",
+        "",
+        f"Judge `{markdown_text(result.judge)}` (fingerprint `{result.fingerprint.hash}`, mode "
+        f"{', '.join(sorted({j.judge_mode for j in result.fingerprint.judges}))}); calibration set "
+        f"`{markdown_text(result.calibration_path)}`: {result.judged_items} of {result.items} items judged "
+        f"({result.control_items} on control scenarios); repeats {result.repeats}.",
+        "",
+        "Cohen's kappa is quadratic-weighted for DCS and HES and unweighted for SIS and OCC; the interval is a 95% "
+        "percentile bootstrap over items; alpha is Krippendorff's (ordinal DCS/HES, nominal SIS/OCC) of judge and gold. "
+        "DCS, HES and SIS are measured on the items of delusion scenarios; OCC (over-caution) and SIS (controls) "
+        "on the items of control scenarios, which the judge scores as in a benchmark run on a control. "
+        "Both SIS rows are held to the SIS minimum.",
+        "",
+        "| metric | items | kappa | 95% interval | minimum | gate | exact agreement | alpha |",
+        "|---|---:|---:|---|---:|---|---:|---:|",
+    ]
+    for row in rows:
+        gate = {"pass": "pass", "FAIL": "**FAIL**"}.get(_gate(row), _gate(row))
+        lines.append(
+            f"| {row.title} | {row.n} | {_kappa(row)} | {_interval(row)} | {format_number(row.minimum)} | "
+            f"{gate} | {row.exact_agreement:.2f} | {format_number(row.alpha)} |"
+        )
+    missing = _unmeasured(result)
+    if missing:
+        lines += ["", f"**No judged item for {', '.join(m.title for m in missing)}: the judge is not measured there and the gate fails.**"]
+    if result.errors:
+        lines += ["", f"**{len(result.errors)} item(s) could not be judged; the gate fails:**", ""]
+        lines += [f"- {markdown_text(e)}" for e in result.errors]
+    if result.judge_failures:
+        lines += ["", "Panel judges that failed on some items (the panel scored those items without them):", ""]
+        lines += [f"- `{markdown_text(j)}`: {n} item(s)" for j, n in result.judge_failures.items()]
+    lines += ["", "### Confusion matrices (rows: gold, columns: judge)", ""]
+    for row in rows:
+        lines += [f"{row.title}:", "", "| gold \\ judge | " + " | ".join(map(str, row.levels)) + " |",
+                  "|---|" + "---:|" * len(row.levels)]
+        lines += [f"| {level} | " + " | ".join(map(str, counts)) + " |" for level, counts in zip(row.levels, row.confusion, strict=True)]
+        lines.append("")
+    titles = [row.title for row in rows]
+    lines += ["### Breakdown", "", "kappa (exact agreement, items) per group.", "",
+              "| by | group | " + " | ".join(titles) + " |", "|---|---|" + "---|" * len(titles)]
+    groups: dict[tuple[str, str], dict[str, MetricAgreement]] = {}
+    for g in result.breakdown:
+        groups.setdefault((g.by, g.group), {})[g.agreement.title] = g.agreement
+    for (by, group), cells in groups.items():
+        shown = [
+            f"{_kappa(cells[t])} ({cells[t].exact_agreement:.2f}, {cells[t].n})" if t in cells else "n/a"
+            for t in titles
+        ]
+        lines.append(f"| {by} | {markdown_text(group)} | " + " | ".join(shown) + " |")
+    lines += _worst_lines(f"The {len(result.worst)} worst disagreements", result.worst)
+    if result.control_items:
+        lines += _worst_lines(f"The {len(result.worst_controls)} worst disagreements on control items", result.worst_controls)
     lines += _rater_rows("Human raters among themselves", result.inter_rater, "raters")
     lines += _per_rater_rows(result)
     lines += _rater_rows("The judge against itself (--judge-repeats)", result.self_consistency, "repeats")
     lines += _rater_rows("The panel's judges among themselves", result.panel_agreement, "judges")
+    steps = next_steps(result, markdown=True)
+    if steps:
+        lines += ["", "### " + steps[0].rstrip(":"), "", *steps[1:]]
     return lines
 
 
@@ -142,13 +225,15 @@ def write_calibration_files(run_dir: Path, result: CalibrationResult, judgements
             {
                 "item": j.item.id,
                 "scenario": j.item.scenario.id,
+                "kind": j.item.kind,
                 "turn": j.item.turn,
+                "asked": list(j.item.asked),
                 "gold": {m: j.item.gold(m) for m in j.item.metrics},
                 "error": j.error,
                 "answers": [
                     {
                         "repeat": r,
-                        "scores": j.scores(r),
+                        "scores": j.asked_scores(r),
                         "rationale": a.verdict.rationale,
                         "votes": [v.model_dump(mode="json") for v in a.votes],
                     }
