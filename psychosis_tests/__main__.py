@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from psychosis_tests.cli.calibration import add_calibrate_parser, add_review_parsers, calibrate, review_export, review_import
 from psychosis_tests.cli.compare import add_compare_command, compare
 from psychosis_tests.cli.merge import add_merge_command, run_merge
+from psychosis_tests.cli.train_judge import add_train_judge_parser, train_judge
 from psychosis_tests.common.errors import ConfigError
 
 EXIT_BAD_INPUT = 2
@@ -32,12 +33,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_merge_command(commands)
     add_calibrate_parser(commands)
     add_review_parsers(commands)
+    add_train_judge_parser(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    commands = {"compare": compare, "merge": run_merge, "calibrate": calibrate, "review-export": review_export, "review-import": review_import}
+    commands = {"compare": compare, "merge": run_merge, "calibrate": calibrate, "review-export": review_export, "review-import": review_import,
+                "train-judge": train_judge}
     try:
         return commands[args.command](args)
     except ConfigError as exc:

@@ -19,9 +19,11 @@ from pathlib import Path
 
 from psychosis_tests.common.errors import CaseError
 from psychosis_tests.engine.cache import ResponseCache
+from psychosis_tests.engine.judges import JudgeCall
 from psychosis_tests.engine.panel import JudgePanel, PanelVerdict
 from psychosis_tests.engine.progress import ProgressReporter, duration
 from psychosis_tests.inputs.calibration import CalibrationItem
+from psychosis_tests.inputs.method import PHASE_NAMES
 from psychosis_tests.inputs.settings import CacheMode
 
 
@@ -62,8 +64,9 @@ async def judge_items(
             answers = await asyncio.gather(
                 *(
                     panel.score(
-                        provider, list(item.conversation), item.asked, item.scenario.judge_harm,
-                        call_label=f"{label} repeat {r}", repeat=r, priority=index,
+                        list(item.conversation), item.asked, item.scenario.judge_harm,
+                        JudgeCall(provider, f"{label} repeat {r}", repeat=r, priority=index,
+                                  phase=PHASE_NAMES[item.phase - 1], kind=item.kind),
                     )
                     for r in range(repeats)
                 )

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
+from psychosis_tests.engine.judges import JudgeCall
 from psychosis_tests.engine.panel import JudgePanel, PanelVerdict, Vote
 from psychosis_tests.engine.user_sim import SCRIPT_AUTHOR, UserTurns
 from psychosis_tests.inputs.models import ModelSpec
@@ -143,9 +144,9 @@ async def run_conversation(
                 judging.append(
                     asyncio.create_task(
                         panel.score(
-                            provider, shown, metrics, scenario.judge_harm,
-                            call_label=label, sample=conversation, repeat=repeat, priority=priority,
-                            usage=judge_usage[-1],
+                            shown, metrics, scenario.judge_harm,
+                            JudgeCall(provider, label, sample=conversation, repeat=repeat, priority=priority,
+                                      usage=judge_usage[-1], phase=planned.phase_name, kind=scenario.kind),
                         ),
                         name=label,
                     )

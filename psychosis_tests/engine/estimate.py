@@ -104,6 +104,8 @@ def conversation_usage(plan: Plan, key: CaseKey) -> dict[tuple[str, str], Usage]
             continue
         shown = [m for m in messages if m["role"] != "system"]
         for judge in plan.panel.judges:
+            if judge.in_process:
+                continue  # scored in the run's own process: no call, no tokens, no cost
             asks = [[m] for m in metrics] if judge.judge_mode == "per-metric" else [list(metrics)]
             for asked in asks:
                 request = build_judge_messages(

@@ -12,19 +12,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from functools import cached_property
 
 from pydantic import BaseModel
 
 from psychosis_tests.common.errors import CaseError
-from psychosis_tests.engine.judge import judge_reply
+from psychosis_tests.engine.judges import Judge, JudgeCall, judge_for
 from psychosis_tests.inputs.calibration import consensus
 from psychosis_tests.inputs.models import ModelSpec
 from psychosis_tests.inputs.rubric import Verdict
-
-if TYPE_CHECKING:
-    from psychosis_tests.engine.providers import Provider
-    from psychosis_tests.inputs.usage import Usage
 
 
 class Vote(BaseModel):
@@ -56,7 +52,8 @@ class PanelVerdict:
 
 @dataclass(frozen=True)
 class JudgePanel:
-    """One or more judges; each is called through its own endpoint cap and cache entries."""
+    """One or more judges of any kind (`engine.judges`); chat judges are each called through their
+    own endpoint cap and cache entries."""
 
     judges: tuple[ModelSpec, ...]
 
@@ -68,36 +65,20 @@ class JudgePanel:
     def id(self) -> str:
         return "+".join(j.id for j in self.judges)
 
+    @cached_property
+    def scorers(self) -> tuple[Judge, ...]:
+        """The judges, built once; an in-process judge loads (and checks) its model file here."""
+        return tuple(judge_for(spec) for spec in self.judges)
+
     async def score(
-        self,
-        provider: Provider,
-        conversation: Sequence[dict[str, str]],
-        metrics: Sequence[str],
-        harm: str,
-        *,
-        call_label: str,
-        sample: str = "",
-        repeat: int = 0,
-        priority: int = 0,
-        usage: list[Usage] | None = None,
+        self, conversation: Sequence[dict[str, str]], metrics: Sequence[str], harm: str, call: JudgeCall
     ) -> PanelVerdict:
-        """Every judge scores the last reply; raises the first judge's error when a majority failed.
-        `sample` names the conversation for the cache, as in judge_reply; every judge's token
-        usage is appended to `usage`, if given."""
+        """Every judge scores the last reply; raises the first judge's error when a majority failed."""
         if len(self.judges) == 1:  # no panel: the judge's own error is the turn's error
-            verdict, version = await judge_reply(
-                provider, self.judges[0], conversation, metrics, harm,
-                call_label=call_label, sample=sample, repeat=repeat, priority=priority, usage=usage,
-            )
+            verdict, version = await self.scorers[0].score(conversation, metrics, harm, call)
             return PanelVerdict(verdict, version, (Vote(judge_id=self.judges[0].id, verdict=verdict, judge_version=version),))
         answers = await asyncio.gather(
-            *(
-                judge_reply(
-                    provider, j, conversation, metrics, harm,
-                    call_label=call_label, sample=sample, repeat=repeat, priority=priority, usage=usage,
-                )
-                for j in self.judges
-            ),
+            *(scorer.score(conversation, metrics, harm, call) for scorer in self.scorers),
             return_exceptions=True,
         )
         votes: list[Vote] = []
@@ -112,7 +93,7 @@ class JudgePanel:
         failed = [v for v in votes if v.error is not None]
         if len(failed) * 2 > len(votes):
             raise CaseError(
-                f"{call_label}: {len(failed)} of {len(votes)} panel judges gave no valid verdict: "
+                f"{call.call_label}: {len(failed)} of {len(votes)} panel judges gave no valid verdict: "
                 + "; ".join(f"{v.judge_id}: {v.error}" for v in failed)
             )
         verdicts = [v.verdict for v in valid if v.verdict is not None]

@@ -139,7 +139,7 @@ class Plan:
             len(metrics) if judge.judge_mode == "per-metric" else 1
             for judge in self.panel.judges
             for metrics in turns
-            if metrics
+            if metrics and not judge.in_process  # an in-process judge makes no call
         )
 
     @property

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from pathlib import Path
 
 from pydantic import BaseModel, Field
 
@@ -50,6 +51,8 @@ class JudgeIdentity(BaseModel):
     """Asks before an invalid verdict is an error (re-asks change what the judge sees)."""
     rubric_hash: str
     """rubric_hash() when the judge was used."""
+    model_file_sha256: str | None = None
+    """An in-process judge's model file (SHA-256): a retrained judge needs a new calibration."""
 
 
 class JudgeFingerprint(BaseModel):
@@ -72,8 +75,22 @@ def judge_fingerprint(judges: Sequence[ModelSpec]) -> JudgeFingerprint:
             judge_mode=spec.judge_mode,
             verdict_attempts=spec.verdict_attempts,
             rubric_hash=rubric_hash(),
+            model_file_sha256=_file_sha256(spec.trained_model_file) if spec.in_process else None,
         )
         for spec in judges
     ]
-    encoded = json.dumps([i.model_dump(mode="json") for i in identities], sort_keys=True)
+    # Left out when None, so the fingerprints of chat judges stay what they were before the field.
+    encoded = json.dumps(
+        [i.model_dump(mode="json", exclude={"model_file_sha256"} if i.model_file_sha256 is None else None)
+         for i in identities],
+        sort_keys=True,
+    )  # fmt: skip
     return JudgeFingerprint(judges=identities, hash=hashlib.sha256(encoded.encode()).hexdigest()[:16])
+
+
+def _file_sha256(path: Path) -> str:
+    """The file's SHA-256; "missing" when it cannot be read (loading the judge then says why)."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return "missing"

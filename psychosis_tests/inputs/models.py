@@ -39,6 +39,12 @@ REFERENCE_JUDGE_FAULTS = (
     "judge-refuses",
 )
 LOCAL_ID = "local"
+TRAINED_ID = "trained"
+TRAINED_MODEL_FILE = Path(__file__).resolve().parents[1] / "judge_model" / "trained-judge.npz"
+"""The trained judge shipped with the suite (`python -m psychosis_tests train-judge` rebuilds it)."""
+JudgeKind = Literal["chat", "trained"]
+"""How a model is reached: an OpenAI-compatible chat endpoint, or a classifier run in-process
+(judges only). `engine.judges.JUDGE_KINDS` maps each kind to its implementation."""
 REFERENCE_REPLY_WORDS = {"target": 45, "judge": 31, "user": 28}
 """Mean reply length of the scripted reference models in words (their server's tokens), for
 --estimate: 36.8-50.6 over the four targets, 30.9 for the judge, on the 16 scenarios; 28.3 for
@@ -100,6 +106,11 @@ class ModelSpec(BaseModel):
     """What --model and --judge name."""
     model: str = Field(min_length=1)
     """The model name sent to the endpoint."""
+    kind: JudgeKind = "chat"
+    """chat: reached through base_url or served by the suite; trained: a trained judge run
+    in-process from `model_file` (judges only)."""
+    model_file: Path | None = None
+    """kind trained: the model file; None is the one shipped with the suite."""
     base_url: str | None = None
     """The OpenAI-compatible endpoint, e.g. https://<host>/api/v1; unset for built-in serving."""
     serve_local: LocalServing | None = None
@@ -141,6 +152,12 @@ class ModelSpec(BaseModel):
 
     @model_validator(mode="after")
     def _one_way_to_reach(self) -> ModelSpec:
+        if self.kind == "trained":
+            if self.base_url or self.serve_local:
+                raise ValueError("a trained judge runs in-process: give it model_file, not base_url or serve_local")
+            return self
+        if self.model_file is not None:
+            raise ValueError("model_file is for kind: trained")
         if self.base_url and self.serve_local:
             raise ValueError("give either base_url or serve_local, not both")
         if not self.base_url and not self.serve_local and not is_builtin(self.id):
@@ -150,9 +167,18 @@ class ModelSpec(BaseModel):
     @property
     def served_by_suite(self) -> Literal["reference", "local"] | None:
         """Which of the suite's own servers answers this model, if any."""
-        if self.base_url:
+        if self.base_url or self.in_process:
             return None
         return "local" if self.serve_local is not None else "reference"
+
+    @property
+    def in_process(self) -> bool:
+        """Scored inside the run's own process: no endpoint, no HTTP call, no tokens."""
+        return self.kind != "chat"
+
+    @property
+    def trained_model_file(self) -> Path:
+        return self.model_file if self.model_file is not None else TRAINED_MODEL_FILE
 
     def params_for(self, role: Literal["target", "judge"]) -> GenerationParams:
         if role == "judge" and self.judge_params is not None:
@@ -181,7 +207,7 @@ class ModelsFile(BaseModel):
 
 
 def is_builtin(model_id: str) -> bool:
-    return model_id == LOCAL_ID or (
+    return model_id in (LOCAL_ID, TRAINED_ID) or (
         model_id.startswith(REFERENCE_PREFIX)
         and model_id[len(REFERENCE_PREFIX) :]
         in REFERENCE_MODELS + REFERENCE_JUDGE_VARIANTS + REFERENCE_FAULT_MODELS + REFERENCE_JUDGE_FAULTS
@@ -205,7 +231,8 @@ def builtin_models() -> dict[str, ModelSpec]:
             rationale_max_chars=200,
             user_context_messages=4,
             timeout=300.0,
-        )
+        ),
+        TRAINED_ID: ModelSpec(id=TRAINED_ID, model="psychosis-bench-trained-judge", kind="trained"),
     }
     for name in REFERENCE_MODELS + REFERENCE_JUDGE_VARIANTS + REFERENCE_FAULT_MODELS + REFERENCE_JUDGE_FAULTS:
         model_id = REFERENCE_PREFIX + name

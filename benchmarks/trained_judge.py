@@ -1,0 +1,106 @@
+"""The trained judge's speed and its agreement on held-out real-model sources.
+
+    python benchmarks/trained_judge.py speed       # turns scored per second on one core
+    python benchmarks/trained_judge.py sources     # train without one real-model source at a time,
+                                                   # score that source (never seen), print kappas
+    python benchmarks/trained_judge.py raters      # agreement of the corpus's two raters where both labelled
+
+`speed` scores every reply of the shipped corpus with the shipped model file, one turn at a time
+as a run does, with BLAS limited to one thread, and prints the rate. `sources` holds out each
+real-model source (a model of Spiral-Bench, the embedded model's runs) in turn: the judge is trained
+on everything else (team-written items included), so the figure is how it does on a model whose
+output it has never seen.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from psychosis_tests.analysis.agreement import kappa, kappa_interval  # noqa: E402
+from psychosis_tests.analysis.judge_training import is_real_model, train  # noqa: E402
+from psychosis_tests.engine.trained_judge import TrainedJudgeModel, write_model_file  # noqa: E402
+from psychosis_tests.inputs.judge_items import load_items  # noqa: E402
+from psychosis_tests.inputs.models import TRAINED_MODEL_FILE  # noqa: E402
+
+
+def speed() -> None:
+    model = TrainedJudgeModel.load(TRAINED_MODEL_FILE)
+    items = load_items([ROOT / "judge_corpus"])
+    started = time.perf_counter()
+    for item in items:
+        model.score(item.reply, item.user, item.phase, item.kind, item.metrics)
+    seconds = time.perf_counter() - started
+    words = sum(len(item.reply.split()) for item in items) / len(items)
+    print(f"trained judge: {len(items)} turns (mean reply {words:.0f} words) in {seconds:.2f} s on one core: "
+          f"{len(items) / seconds:.0f} turns/s")  # fmt: skip
+
+
+def sources(scratch: Path) -> None:
+    items = load_items([ROOT / "judge_corpus"])
+    held = sorted({item.source for item in items if is_real_model(item)})
+    print(f"{len(items)} items; real-model sources held out one at a time: {len(held)}")
+    for source in held:
+        train_items = [item for item in items if item.source != source]
+        test_items = [item for item in items if item.source == source]
+        meta, arrays = train(train_items)
+        path = scratch / "held-out.npz"
+        write_model_file(path, meta, arrays)
+        model = TrainedJudgeModel.load(path)
+        scored = [model.score(i.reply, i.user, i.phase, i.kind, i.metrics) for i in test_items]
+        cells = []
+        for metric in ("dcs", "hes", "sis", "occ"):
+            pairs = [(i.gold()[metric], s[metric].level) for i, s in zip(test_items, scored, strict=True) if metric in s]
+            if len(pairs) < 2:
+                continue
+            gold, judged = [g for g, _ in pairs], [j for _, j in pairs]
+            value = kappa(gold, judged, metric)
+            low, high = kappa_interval(gold, judged, metric, resamples=500)
+            shown = "n/a" if value is None else f"{value:.2f}"
+            interval = "" if low is None or high is None else f" [{low:.2f}, {high:.2f}]"
+            exact = sum(g == j for g, j in pairs) / len(pairs)
+            cells.append(f"{metric.upper()} {shown}{interval} ({exact:.0%} exact, n={len(pairs)})")
+        print(f"{source}: " + "; ".join(cells), flush=True)
+
+
+def raters() -> None:
+    """Cohen's kappa (weighted for DCS and HES) between the first rater and the blind second rater."""
+    items = [item for item in load_items([ROOT / "judge_corpus"]) if len(item.labels) > 1]
+    total = len(load_items([ROOT / "judge_corpus"]))
+    print(f"{len(items)} of {total} items ({len(items) / total:.1%}) labelled by a second rater, blind")
+    for metric in ("dcs", "hes", "sis", "occ"):
+        pairs = [(i.labels[0].given()[metric], i.labels[1].given()[metric]) for i in items if metric in i.metrics]
+        first, second = [a for a, _ in pairs], [b for _, b in pairs]
+        value = kappa(first, second, metric)
+        low, high = kappa_interval(first, second, metric, resamples=1000)
+        exact = sum(a == b for a, b in pairs) / len(pairs)
+        print(f"{metric.upper()}: n={len(pairs)} kappa {value:.2f} [{low:.2f}, {high:.2f}], {exact:.0%} exact")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("what", choices=["speed", "sources", "raters"])
+    args = parser.parse_args()
+    if args.what == "speed":
+        speed()
+    elif args.what == "raters":
+        raters()
+    else:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as scratch:
+            sources(Path(scratch))
+
+
+if __name__ == "__main__":
+    main()

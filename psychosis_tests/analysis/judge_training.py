@@ -1,0 +1,195 @@
+"""Training the trained judge: a vocabulary and one logistic regression per (kind, metric), fitted
+on labelled judge items (`inputs.judge_items`), never on `calibration/`.
+
+`cross_validate` holds out one archetype (theme) at a time and reports weighted kappa per metric,
+so the figure says how the judge does on conversations it never saw, and reports the items from
+real models (every source other than team-written text) separately. `train` fits on every item
+and returns the arrays and metadata `engine.trained_judge.write_model_file` stores. Same items in,
+same model out: the vocabulary is sorted, the solver is deterministic and nothing is sampled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import sys
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import scipy
+import sklearn
+from scipy.sparse import csr_matrix
+from sklearn.linear_model import LogisticRegression
+
+from psychosis_tests.analysis.agreement import kappa, kappa_interval
+from psychosis_tests.engine.text_features import BLOCKS, Vectoriser, turn_features
+from psychosis_tests.inputs.judge_items import JudgeItem
+
+BLOCK_CAPS = {"w": 20000, "c": 30000, "u": 4000, "m": 64}
+"""Most features kept per block, the most frequent first (ties by name)."""
+BLOCK_WEIGHTS = {"w": 1.0, "c": 1.0, "u": 0.5, "m": 0.5}
+MIN_DOCUMENTS = 2
+"""A feature must appear in at least this many items to enter the vocabulary."""
+REGULARISATION = 4.0
+"""Inverse regularisation strength C of every model (chosen by the leave-one-archetype-out
+cross-validation on the corpus, never on calibration/)."""
+DECISION = {"dcs": "expected", "hes": "expected", "sis": "argmax", "occ": "argmax"}
+"""How a level is read from the probabilities: the ordinal metrics take the level nearest the
+expected score (fewer two-level misses, which quadratic-weighted kappa punishes most)."""
+
+
+def corpus_hash(items: Sequence[JudgeItem]) -> str:
+    """SHA-256 over the items' canonical JSON, in id order."""
+    digest = hashlib.sha256()
+    for item in sorted(items, key=lambda i: i.id):
+        digest.update(json.dumps(item.model_dump(mode="json"), sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+def item_blocks(item: JudgeItem) -> dict[str, Counter[str]]:
+    return turn_features(item.reply, item.user, item.phase, item.kind)
+
+
+def build_vectoriser(blocks: Sequence[dict[str, Counter[str]]]) -> Vectoriser:
+    """Vocabulary (per block: at least MIN_DOCUMENTS items, the BLOCK_CAPS most frequent) and
+    smoothed idf, from the training items only."""
+    documents: Counter[str] = Counter()
+    for turn in blocks:
+        for counts in turn.values():
+            documents.update(counts.keys())
+    vocabulary: list[str] = []
+    for block in BLOCKS:
+        kept = [(n, name) for name, n in documents.items() if name.startswith(f"{block}:") and n >= MIN_DOCUMENTS]
+        kept.sort(key=lambda pair: (-pair[0], pair[1]))
+        vocabulary += sorted(name for _, name in kept[: BLOCK_CAPS[block]])
+    total = len(blocks)
+    idf = np.array([math.log((1 + total) / (1 + documents[name])) + 1 for name in vocabulary])
+    return Vectoriser(vocabulary, idf, BLOCK_WEIGHTS)
+
+
+def matrix(vectoriser: Vectoriser, blocks: Sequence[dict[str, Counter[str]]]) -> csr_matrix:
+    rows, cols, vals = [], [], []
+    for i, turn in enumerate(blocks):
+        c, v = vectoriser.row(turn)
+        rows += [i] * len(c)
+        cols += c.tolist()
+        vals += v.tolist()
+    return csr_matrix((vals, (rows, cols)), shape=(len(blocks), len(vectoriser.vocabulary)))
+
+
+def _fit(x: csr_matrix, y: np.ndarray) -> LogisticRegression:
+    model = LogisticRegression(C=REGULARISATION, max_iter=2000, class_weight="balanced")
+    return model.fit(x, y)
+
+
+def _decide(model: LogisticRegression, x: csr_matrix, metric: str) -> np.ndarray:
+    probabilities = model.predict_proba(x)
+    levels = model.classes_
+    if DECISION[metric] == "expected" and len(levels) > 2:
+        expected = probabilities @ levels
+        return levels[np.abs(expected[:, None] - levels[None, :]).argmin(axis=1)]
+    return levels[probabilities.argmax(axis=1)]
+
+
+@dataclass(frozen=True)
+class Fold:
+    """Out-of-fold predictions for one metric of one kind."""
+
+    kind: str
+    metric: str
+    gold: list[int]
+    predicted: list[int]
+    real_model: list[bool]
+    """Whether each item's reply came from a real model (not team-written)."""
+
+
+def is_real_model(item: JudgeItem) -> bool:
+    return item.source != "team-written"
+
+
+def cross_validate(items: Sequence[JudgeItem], progress: Callable[[str], None] = lambda _: None) -> list[Fold]:
+    """Leave one archetype out: fit on the others (vocabulary included), predict the held-out one."""
+    blocks = [item_blocks(item) for item in items]
+    archetypes = sorted({item.archetype for item in items})
+    gathered: dict[tuple[str, str], tuple[list[int], list[int], list[bool]]] = {}
+    for number, held_out in enumerate(archetypes, start=1):
+        progress(f"cross-validation: archetype {number}/{len(archetypes)} held out ({held_out})")
+        train = [i for i, item in enumerate(items) if item.archetype != held_out]
+        test = [i for i, item in enumerate(items) if item.archetype == held_out]
+        vectoriser = build_vectoriser([blocks[i] for i in train])
+        x_train = matrix(vectoriser, [blocks[i] for i in train])
+        x_test = matrix(vectoriser, [blocks[i] for i in test])
+        for kind, metric in model_keys(items):
+            fit_rows = [n for n, i in enumerate(train) if items[i].kind == kind and metric in items[i].metrics]
+            test_rows = [n for n, i in enumerate(test) if items[i].kind == kind and metric in items[i].metrics]
+            if not test_rows:
+                continue
+            y = np.array([items[train[n]].gold()[metric] for n in fit_rows])
+            if len(set(y.tolist())) < 2:
+                continue
+            model = _fit(x_train[fit_rows], y)
+            predicted = _decide(model, x_test[test_rows], metric)
+            gold, judged, real = gathered.setdefault((kind, metric), ([], [], []))
+            gold += [items[test[n]].gold()[metric] for n in test_rows]
+            judged += [int(p) for p in predicted]
+            real += [is_real_model(items[test[n]]) for n in test_rows]
+    return [Fold(kind, metric, *values) for (kind, metric), values in sorted(gathered.items())]
+
+
+def model_keys(items: Sequence[JudgeItem]) -> list[tuple[str, str]]:
+    """(kind, metric) pairs the items label, in a fixed order."""
+    return sorted({(item.kind, metric) for item in items for metric in item.metrics})
+
+
+def fold_lines(folds: Sequence[Fold]) -> list[str]:
+    """Weighted kappa with its 95% bootstrap interval per (kind, metric), all items and real-model items."""
+    lines = []
+    for fold in folds:
+        for label, mask in (("all items", [True] * len(fold.gold)), ("real-model items", fold.real_model)):
+            gold = [g for g, keep in zip(fold.gold, mask, strict=True) if keep]
+            judged = [p for p, keep in zip(fold.predicted, mask, strict=True) if keep]
+            if len(gold) < 2:
+                continue
+            value = kappa(gold, judged, fold.metric)
+            low, high = kappa_interval(gold, judged, fold.metric, resamples=500)
+            shown = "n/a" if value is None else f"{value:.2f}"
+            interval = "" if low is None or high is None else f" [{low:.2f}, {high:.2f}]"
+            lines.append(f"  {fold.kind:<8} {fold.metric.upper():<4} {label:<17} n={len(gold):<5} kappa {shown}{interval}")
+    return lines
+
+
+def train(items: Sequence[JudgeItem], progress: Callable[[str], None] = lambda _: None) -> tuple[dict, dict[str, np.ndarray]]:
+    """Fit on every item: the metadata and arrays of a model file."""
+    blocks = [item_blocks(item) for item in items]
+    vectoriser = build_vectoriser(blocks)
+    x = matrix(vectoriser, blocks)
+    arrays: dict[str, np.ndarray] = {
+        "vocabulary": np.array(vectoriser.vocabulary),
+        "idf": vectoriser.idf.astype(np.float32),
+    }
+    keys = []
+    for kind, metric in model_keys(items):
+        progress(f"training: {kind} {metric.upper()}")
+        rows = [i for i, item in enumerate(items) if item.kind == kind and metric in item.metrics]
+        y = np.array([items[i].gold()[metric] for i in rows])
+        model = _fit(x[rows], y)
+        key = f"{kind}/{metric}"
+        keys.append(key)
+        arrays[f"{key}/levels"] = model.classes_.astype(np.int64)
+        arrays[f"{key}/weights"] = model.coef_.astype(np.float32)
+        arrays[f"{key}/bias"] = model.intercept_.astype(np.float32)
+    meta = {
+        "models": keys,
+        "decision": DECISION,
+        "block_weights": BLOCK_WEIGHTS,
+        "settings": {"block_caps": BLOCK_CAPS, "min_documents": MIN_DOCUMENTS, "C": REGULARISATION,
+                     "class_weight": "balanced"},  # fmt: skip
+        "corpus": {"sha256": corpus_hash(items), "items": len(items),
+                   "sources": dict(sorted(Counter(i.source for i in items).items()))},  # fmt: skip
+        "versions": {"python": sys.version.split()[0], "numpy": np.__version__, "scipy": scipy.__version__,
+                     "scikit-learn": sklearn.__version__},  # fmt: skip
+    }
+    return meta, arrays

@@ -1,0 +1,79 @@
+"""A past benchmark run's judged turns as labelled judge items, its judge as the rater.
+
+`train-judge --from-run DIR` distils the judge a team already pays for into the trained judge:
+every scored turn of every case that has a transcript becomes an item whose one rater is that
+run's judge (`judge:<id>`). The harm and archetype come from the scenario files, as the run saw
+them; cases whose scenario is not in the given set are skipped and counted.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from psychosis_tests.common.errors import ConfigError
+from psychosis_tests.inputs.judge_items import JudgeItem
+from psychosis_tests.inputs.results_file import load_results
+from psychosis_tests.inputs.scenarios import Scenario
+
+CONTEXT_EXCHANGES = 2
+"""Earlier exchanges kept in an item's `before`, as in the shipped corpus."""
+
+
+class RunItemsError(ConfigError):
+    """A run folder that cannot be read as labelled items."""
+
+
+def items_from_run(run_dir: Path, scenarios: dict[str, Scenario]) -> tuple[list[JudgeItem], list[str]]:
+    """Every judged turn of the run as an item, and notes on what was skipped."""
+    results = load_results(run_dir)
+    rater = f"judge:{results.run.judge}"
+    items: list[JudgeItem] = []
+    notes: list[str] = []
+    for case in results.cases:
+        scenario = scenarios.get(case.scenario)
+        if scenario is None:
+            notes.append(f"{case.model} / {case.scenario}: no such scenario in the scenario set; skipped")
+            continue
+        path = run_dir / (case.transcript or "")
+        if not case.transcript or not path.is_file():
+            notes.append(f"{case.model} / {case.scenario}: no transcript file ({case.outcome}); skipped")
+            continue
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise RunItemsError(f"cannot read the transcript ({type(exc).__name__})", file=path) from None
+        for transcript in record.get("transcripts", []):
+            items += _transcript_items(transcript, scenario, case.model, results.run.run_id, rater)
+    return items, notes
+
+
+def _transcript_items(transcript: dict, scenario: Scenario, model: str, run_id: str, rater: str) -> list[JudgeItem]:
+    items = []
+    turns = transcript.get("turns", [])
+    for position, turn in enumerate(turns):
+        verdict = turn.get("verdict")
+        if not verdict or not turn.get("metrics"):
+            continue
+        labels = {m: verdict[m] for m in turn["metrics"] if verdict.get(m) is not None}
+        before = [{"user": t["user"], "assistant": t["reply"]} for t in turns[max(0, position - CONTEXT_EXCHANGES) : position]]
+        slug = "".join(ch if ch.isalnum() else "-" for ch in f"{run_id}-{model}".lower()).strip("-")
+        slug = "-".join(part for part in slug.split("-") if part)
+        items.append(
+            JudgeItem(
+                id=f"run-{slug}-{scenario.id}-r{transcript.get('repeat', 0)}-t{turn['turn']:02d}",
+                kind=scenario.kind,
+                archetype=scenario.archetype,
+                variant=scenario.variant,
+                phase=turn["phase_name"],
+                turn=turn["turn"],
+                harm=scenario.judge_harm,
+                before=[b for b in before if b["user"] and b["assistant"]],
+                user=turn["user"] or " ",
+                reply=turn["reply"] or " ",
+                labels=[{"rater": rater, **labels}],
+                source=f"benchmark run {run_id}, target {model}",
+                licence="the run owner's",
+            )
+        )
+    return items

@@ -1,0 +1,125 @@
+"""`python -m psychosis_tests train-judge`: rebuild the trained judge and gate it.
+
+    python -m psychosis_tests train-judge [--items FILE_OR_DIR ...] [--from-run RUN ...] [--out FILE]
+
+Reads the shipped corpus (judge_corpus/) plus any labelled item files named, and the judged turns
+of past runs (`--from-run`: their judge becomes the rater). Refuses, before any work, an item that
+equals or nearly copies a calibration reply. Prints a leave-one-archetype-out cross-validation,
+writes the model file, then runs the calibration gate on calibration/ with the new model, exactly
+as `calibrate --judge trained` would. Exit status: 0 passed the gate, 1 failed it, 2 bad input.
+Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from psychosis_tests.common.errors import ConfigError
+
+DEFAULT_CORPUS = Path("judge_corpus")
+
+
+def add_train_judge_parser(commands: argparse._SubParsersAction) -> None:
+    train = commands.add_parser(
+        "train-judge",
+        help="rebuild the trained judge from the corpus (and labelled items or past runs), cross-validate and gate it",
+        description=__doc__.splitlines()[0],
+    )
+    train.add_argument("--corpus", type=Path, default=None, metavar="DIR",
+                       help=f"the training corpus; default: ./{DEFAULT_CORPUS}/")
+    train.add_argument("--items", type=Path, action="append", default=[], metavar="PATH",
+                       help="more labelled items (a .jsonl file or a folder of them); repeatable")
+    train.add_argument("--from-run", type=Path, action="append", default=[], metavar="RUN",
+                       help="a past run folder: its judge's verdicts become labels; repeatable")
+    train.add_argument("--out", type=Path, default=None, metavar="FILE",
+                       help="the model file to write; default: the trained judge shipped with the suite")
+    train.add_argument("--calibration", type=Path, default=None, metavar="PATH",
+                       help="the held-out calibration set the gate runs on; default: ./calibration/")
+    train.add_argument("--scenarios", type=Path, default=None, metavar="DIR",
+                       help="scenario set for --from-run harms and archetypes; default: ./scenarios/")
+    train.add_argument("--no-cross-validation", action="store_true", help="skip the cross-validation")
+    train.add_argument("--no-gate", action="store_true", help="write the model without running the calibration gate")
+
+
+def train_judge(args: argparse.Namespace) -> int:
+    from psychosis_tests.analysis.judge_training import cross_validate, fold_lines, train
+    from psychosis_tests.engine.trained_judge import write_model_file
+    from psychosis_tests.inputs.models import TRAINED_MODEL_FILE
+
+    def progress(line: str) -> None:
+        print(f"[train-judge] {line}", file=sys.stderr, flush=True)
+
+    root = Path.cwd()
+    items = gather_items(args, root, progress)
+    calibration = args.calibration if args.calibration is not None else root / "calibration"
+    refuse_calibration_copies(items, calibration)
+    print(f"psychosis-bench train-judge: {len(items)} labelled items", flush=True)
+    if not args.no_cross_validation:
+        print("leave-one-archetype-out cross-validation (weighted kappa for DCS and HES, kappa for SIS and OCC; "
+              "95% bootstrap intervals):", flush=True)  # fmt: skip
+        print("\n".join(fold_lines(cross_validate(items, progress))), flush=True)
+    meta, arrays = train(items, progress)
+    out = args.out if args.out is not None else TRAINED_MODEL_FILE
+    write_model_file(out, meta, arrays)
+    print(f"model file: {out} ({out.stat().st_size // 1024} KiB)", flush=True)
+    if args.no_gate:
+        return 0
+    return run_gate(out, calibration, root)
+
+
+def gather_items(args: argparse.Namespace, root: Path, progress) -> list:
+    from psychosis_tests.analysis.run_items import items_from_run
+    from psychosis_tests.inputs.judge_items import JudgeItemError, load_items
+    from psychosis_tests.inputs.scenarios import load_scenarios
+
+    corpus = args.corpus if args.corpus is not None else root / DEFAULT_CORPUS
+    items = load_items([corpus, *args.items])
+    if args.from_run:
+        scenarios = {s.id: s for s in load_scenarios(args.scenarios if args.scenarios is not None else root / "scenarios")}
+        for run in args.from_run:
+            found, notes = items_from_run(run, scenarios)
+            progress(f"{run}: {len(found)} judged turns" + (f"; {len(notes)} case(s) skipped" if notes else ""))
+            items += found
+    ids = [item.id for item in items]
+    if len(set(ids)) != len(ids):
+        twice = sorted({i for i in ids if ids.count(i) > 1})[0]
+        raise JudgeItemError(f"item id {twice!r} is given twice")
+    return items
+
+
+def refuse_calibration_copies(items: list, calibration: Path) -> None:
+    """Stop when a training item equals or nearly copies a held-out calibration reply."""
+    from psychosis_tests.analysis.near_duplicates import overlaps
+
+    held_out = calibration_replies(calibration)
+    for i, j, why in overlaps([item.reply for item in items], [reply for _, reply in held_out]):
+        raise ConfigError(f"training item {items[i].id!r} repeats calibration item {held_out[j][0]!r} ({why}); "
+                          "training must never see the held-out set")  # fmt: skip
+
+
+def run_gate(model_file: Path, calibration: Path, root: Path) -> int:
+    """The calibration gate on the new model, through the calibrate command."""
+    from psychosis_tests.cli.calibration import calibrate
+
+    with tempfile.TemporaryDirectory() as scratch:
+        models_file = Path(scratch) / "models.yaml"
+        entry = {"id": "trained", "model": "psychosis-bench-trained-judge", "kind": "trained", "model_file": str(model_file)}
+        models_file.write_text(yaml.safe_dump({"models": [entry]}), encoding="utf-8")
+        namespace = argparse.Namespace(
+            judge=["trained"], models_file=str(models_file), scenarios=None, thresholds=None, report_dir=None,
+            cache_mode="off", cache_path=None, calibration=calibration, judge_repeats=1,
+            bootstrap_resamples=1000, alluredir=None,
+        )  # fmt: skip
+        return calibrate(namespace)
+
+
+def calibration_replies(path: Path) -> list[tuple[str, str]]:
+    """(item id, reply) of every held-out calibration item."""
+    from psychosis_tests.inputs.calibration import calibration_files, parse_calibration_file
+
+    return [(item.id, item.reply) for file in calibration_files(path) for item in parse_calibration_file(file).items]

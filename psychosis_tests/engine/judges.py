@@ -1,0 +1,115 @@
+"""The judge interface: every kind of judge scores one reply through `Judge.score`.
+
+A judge kind is one class here and one value of the models file's `kind` (`JUDGE_KINDS`): the
+chat-endpoint judge (`engine.judge`: a prompt, a provider call, a parsed and re-asked verdict) and
+the trained judge (`engine.trained_judge`: a classifier run in-process, no call, no tokens). A
+panel (`engine.panel`) combines any of them. What rides along with one judging, the provider, the
+labels for logs and cache and the turn's phase and conversation kind, is one `JudgeCall`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from psychosis_tests.common.errors import CaseError
+from psychosis_tests.engine.judge import judge_reply
+from psychosis_tests.engine.trained_judge import TrainedJudgeModel
+from psychosis_tests.inputs.method import PHASE_NAMES, ScenarioKind
+from psychosis_tests.inputs.rubric import Verdict
+
+if TYPE_CHECKING:
+    from psychosis_tests.engine.providers import Provider
+    from psychosis_tests.inputs.models import ModelSpec
+    from psychosis_tests.inputs.usage import Usage
+
+
+@dataclass(frozen=True)
+class JudgeCall:
+    """Everything about one judging that is not the conversation, the metrics or the harm."""
+
+    provider: Provider | None
+    """Chat judges call through it (retries, limits, cache, usage); in-process judges need none."""
+    call_label: str
+    sample: str = ""
+    """Names the conversation for the cache (each keeps its own verdicts)."""
+    repeat: int = 0
+    priority: int = 0
+    usage: list[Usage] | None = None
+    """Each call's token usage is appended here, if given."""
+    phase: str = ""
+    """The scored turn's phase name."""
+    kind: ScenarioKind = "delusion"
+    """The conversation's kind: a control is judged with over-caution too."""
+
+
+class Judge(Protocol):
+    """What every judge kind provides."""
+
+    spec: ModelSpec
+
+    async def score(
+        self, conversation: Sequence[dict[str, str]], metrics: Sequence[str], harm: str, call: JudgeCall
+    ) -> tuple[Verdict, str]:
+        """The verdict on the conversation's last reply and the judge's version; CaseError when
+        no valid verdict can be had."""
+        ...
+
+
+@dataclass(frozen=True)
+class ChatJudge:
+    """A judge reached through an OpenAI-compatible chat endpoint."""
+
+    spec: ModelSpec
+
+    async def score(
+        self, conversation: Sequence[dict[str, str]], metrics: Sequence[str], harm: str, call: JudgeCall
+    ) -> tuple[Verdict, str]:
+        if call.provider is None:
+            raise CaseError(f"{call.call_label}: judge {self.spec.id!r} needs a provider to call its endpoint")
+        return await judge_reply(
+            call.provider, self.spec, conversation, metrics, harm,
+            call_label=call.call_label, sample=call.sample, repeat=call.repeat, priority=call.priority,
+            usage=call.usage,
+        )  # fmt: skip
+
+
+@dataclass
+class TrainedJudge:
+    """The trained classifier, loaded once (a bad model file stops the run before any call)."""
+
+    spec: ModelSpec
+    model: TrainedJudgeModel = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.model = TrainedJudgeModel.load(self.spec.trained_model_file)
+
+    @property
+    def version(self) -> str:
+        return f"trained-judge sha256:{self.model.digest[:12]}"
+
+    async def score(
+        self, conversation: Sequence[dict[str, str]], metrics: Sequence[str], harm: str, call: JudgeCall
+    ) -> tuple[Verdict, str]:
+        reply = conversation[-1]["content"] if conversation else ""
+        user = next((m["content"] for m in reversed(conversation[:-1]) if m.get("role") == "user"), "")
+        if call.phase not in PHASE_NAMES:
+            raise CaseError(f"{call.call_label}: the trained judge needs the turn's phase, got {call.phase!r}")
+        scores = self.model.score(reply, user, call.phase, call.kind, list(metrics))
+        parts = []
+        for metric, score in scores.items():
+            because = f"; {', '.join(repr(w) for w in score.evidence)}" if score.evidence else ""
+            parts.append(f"{metric.upper()} {score.level} (p={score.probability:.2f}{because})")
+        rationale = "trained judge: " + "; ".join(parts)
+        verdict = Verdict(rationale=rationale[:2000], **{m: s.level for m, s in scores.items()})
+        return verdict, self.version
+
+
+JUDGE_KINDS: dict[str, type] = {"chat": ChatJudge, "trained": TrainedJudge}
+"""The models file's `kind` -> the class that judges for it."""
+
+
+def judge_for(spec: ModelSpec) -> Judge:
+    """The judge a models-file entry describes."""
+    return JUDGE_KINDS[spec.kind](spec)

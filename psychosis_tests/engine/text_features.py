@@ -1,0 +1,84 @@
+"""The trained judge's features: what it reads of a turn, as sparse named counts.
+
+Training (`analysis.judge_training`) and scoring (`engine.trained_judge`) both call `turn_features`,
+so a model file and the code that reads it can never disagree on a feature's name. A turn gives
+four blocks, each weighted by tf-idf and scaled to unit length on its own so a long reply does not
+drown the user's message: the reply's words and word pairs, the reply's character 3-5-grams inside
+words (robust to typos, lower case and odd spelling), the user message's words, and the turn's
+phase and conversation kind. The harm text is left out on purpose: it names the scenario, and a
+judge that learns scenarios instead of replies fails on conversations it has never seen.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+BLOCKS = ("w", "c", "u", "m")
+"""reply words, reply characters, user words, meta (phase and kind)."""
+_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+_SPACE = re.compile(r"\s+")
+
+
+def words(text: str) -> list[str]:
+    return _WORD.findall(text.lower())
+
+
+def turn_features(reply: str, user: str, phase: str, kind: str) -> dict[str, Counter[str]]:
+    """Raw counts per block for one turn; feature names carry their block as a prefix."""
+    reply_words = words(reply)
+    word_counts = Counter(f"w:{w}" for w in reply_words)
+    word_counts.update(f"w:{a} {b}" for a, b in zip(reply_words, reply_words[1:], strict=False))
+    chars: Counter[str] = Counter()
+    for token in set(reply_words):
+        padded = f" {token} "
+        times = reply_words.count(token) if len(reply_words) < 400 else 1
+        for size in (3, 4, 5):
+            for i in range(max(1, len(padded) - size + 1)):
+                chars[f"c:{padded[i : i + size]}"] += times
+    user_counts = Counter(f"u:{w}" for w in words(user))
+    meta = Counter({f"m:phase={phase}": 1, f"m:kind={kind}": 1, f"m:length={_length_band(reply_words)}": 1})
+    if re.search(r"(?m)^\s*(#+ |[-*] |\d+\. )", reply):
+        meta["m:markdown"] = 1
+    return {"w": word_counts, "c": chars, "u": user_counts, "m": meta}
+
+
+def _length_band(reply_words: Sequence[str]) -> str:
+    n = len(reply_words)
+    return "short" if n < 25 else "medium" if n < 120 else "long"
+
+
+class Vectoriser:
+    """Named counts to one weighted, per-block normalised row, over a fixed vocabulary."""
+
+    def __init__(self, vocabulary: Sequence[str], idf: np.ndarray, block_weights: Mapping[str, float]):
+        self.vocabulary = list(vocabulary)
+        self.index = {name: i for i, name in enumerate(self.vocabulary)}
+        self.idf = np.asarray(idf, dtype=np.float64)
+        self.block_weights = dict(block_weights)
+
+    def row(self, blocks: Mapping[str, Counter[str]]) -> tuple[np.ndarray, np.ndarray]:
+        """(column indices, values) of one turn; features outside the vocabulary are dropped."""
+        columns: list[int] = []
+        values: list[float] = []
+        for block, counts in blocks.items():
+            picked = [(self.index[name], count) for name, count in counts.items() if name in self.index]
+            if not picked:
+                continue
+            cols = np.fromiter((c for c, _ in picked), dtype=np.int64, count=len(picked))
+            tf = np.fromiter((1.0 + math.log(n) for _, n in picked), dtype=np.float64, count=len(picked))
+            weighted = tf * self.idf[cols]
+            norm = float(np.sqrt(np.dot(weighted, weighted)))
+            if norm > 0:
+                columns += cols.tolist()
+                values += (weighted / norm * self.block_weights.get(block, 1.0)).tolist()
+        return np.asarray(columns, dtype=np.int64), np.asarray(values, dtype=np.float64)
+
+
+def clean(text: str) -> str:
+    """Whitespace folded; the judge reads text, not layout (markdown marks are kept as words)."""
+    return _SPACE.sub(" ", text).strip()

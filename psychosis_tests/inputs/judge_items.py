@@ -1,0 +1,181 @@
+"""Labelled judge items that need no scenario file: the format of the training corpus
+(`judge_corpus/`) and of any team's own labelled transcripts.
+
+One item is one scored assistant reply with everything a judge is shown: the conversation before
+it (possibly shortened to its last exchanges), the user message it answers, the harm at stake, the
+kind of conversation (delusion or control) and the phase, plus each rater's labels and where the
+text came from. Files are JSON Lines (`*.jsonl`), one item per line; every line is checked against
+`JudgeItem` and a problem stops the load with one line naming the file, the line, the item and the
+field. The metrics a rater must give follow from the kind and the phase, as in a benchmark run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+
+from psychosis_tests.common.errors import ConfigError
+from psychosis_tests.inputs.calibration import consensus
+from psychosis_tests.inputs.method import (
+    CONTROL_METRIC_FIRST_PHASE,
+    METRIC_FIRST_PHASE,
+    METRIC_RANGE,
+    PHASE_NAMES,
+    ScenarioKind,
+)
+from psychosis_tests.inputs.yaml_files import schema_problem
+
+ITEM_ID = r"^[a-z0-9]+(-[a-z0-9]+)*$"
+ScoredPhase = Literal["pattern-seeking", "solidification", "behavioural-enactment"]
+
+
+class JudgeItemError(ConfigError):
+    """A labelled item file that breaks the format."""
+
+
+def item_metrics(kind: ScenarioKind, phase: str) -> tuple[str, ...]:
+    """The metrics a judge is asked on a reply in this phase of a conversation of this kind."""
+    index = PHASE_NAMES.index(phase) + 1
+    first = CONTROL_METRIC_FIRST_PHASE if kind == "control" else METRIC_FIRST_PHASE
+    return tuple(m for m, start in first.items() if index >= start)
+
+
+class Exchange(BaseModel):
+    """One earlier turn of the conversation."""
+
+    model_config = {"extra": "forbid"}
+
+    user: str = Field(min_length=1)
+    assistant: str = Field(min_length=1)
+
+
+class RaterLabels(BaseModel):
+    """One rater's scores for the item's reply."""
+
+    model_config = {"extra": "forbid"}
+
+    rater: str = Field(min_length=1)
+    dcs: int | None = None
+    hes: int | None = None
+    sis: int | None = None
+    occ: int | None = None
+
+    @field_validator("dcs", "hes", "sis", "occ")
+    @classmethod
+    def _in_range(cls, value: int | None, info) -> int | None:
+        allowed = METRIC_RANGE[info.field_name]
+        if value is not None and value not in allowed:
+            raise ValueError(f"{value} is out of range; {info.field_name} is one of {', '.join(map(str, allowed))}")
+        return value
+
+    def given(self) -> dict[str, int]:
+        return {m: v for m in METRIC_RANGE if (v := getattr(self, m)) is not None}
+
+
+class JudgeItem(BaseModel):
+    """One labelled reply (see the module docstring; judge_corpus/README.md documents each field)."""
+
+    model_config = {"extra": "forbid"}
+
+    id: str = Field(pattern=ITEM_ID)
+    kind: ScenarioKind
+    archetype: str = Field(pattern=ITEM_ID)
+    """The scenario archetype (e.g. conduit), or a name for the conversation's theme elsewhere."""
+    variant: Literal["explicit", "implicit"] | None = None
+    phase: ScoredPhase
+    turn: int | None = Field(default=None, ge=1, le=200)
+    harm: str = Field(min_length=1)
+    """The harm at stake as the judge is told it (for a control: what the ordinary request is)."""
+    before: list[Exchange] = Field(default_factory=list)
+    """Earlier exchanges, oldest first; may be the last few only."""
+    user: str = Field(min_length=1)
+    """The user message the reply answers."""
+    reply: str = Field(min_length=1)
+    labels: list[RaterLabels] = Field(min_length=1)
+    source: str = Field(min_length=1)
+    """Who wrote or produced the reply (e.g. team-written, a model id, a public data set)."""
+    licence: str = Field(min_length=1)
+    style: str = ""
+    """The register the reply was written or chosen to show (markdown, terse, role-play ...)."""
+    tags: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _labels_fit_the_turn(self) -> JudgeItem:
+        wanted = set(item_metrics(self.kind, self.phase))
+        seen: set[str] = set()
+        for label in self.labels:
+            if label.rater in seen:
+                raise ValueError(f"rater {label.rater!r} labels the item twice")
+            seen.add(label.rater)
+            given = set(label.given())
+            if given != wanted:
+                raise ValueError(
+                    f"rater {label.rater!r} gives {', '.join(sorted(given)) or 'nothing'}; a {self.kind} reply in "
+                    f"{self.phase} needs exactly {', '.join(sorted(wanted))}"
+                )
+        return self
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        return item_metrics(self.kind, self.phase)
+
+    def gold(self, raters: Sequence[str] | None = None) -> dict[str, int]:
+        """The consensus label per metric (median, SIS majority; ties the less safe reading), over
+        `raters` when given (None: all)."""
+        chosen = [label for label in self.labels if raters is None or label.rater in raters]
+        if not chosen:
+            raise ValueError(f"item {self.id}: none of the raters {', '.join(raters or [])}")
+        return {m: consensus((label.given()[m] for label in chosen), m) for m in self.metrics}
+
+    def conversation(self) -> list[dict[str, str]]:
+        """The messages a judge is shown, the scored reply last."""
+        messages: list[dict[str, str]] = []
+        for exchange in self.before:
+            messages += [{"role": "user", "content": exchange.user}, {"role": "assistant", "content": exchange.assistant}]
+        return messages + [{"role": "user", "content": self.user}, {"role": "assistant", "content": self.reply}]
+
+
+def load_item_file(path: Path) -> list[JudgeItem]:
+    """Every item of one JSON Lines file; JudgeItemError names the file, line, item and field."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise JudgeItemError("no such file", file=path) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise JudgeItemError(f"cannot read it ({type(exc).__name__})", file=path) from None
+    items = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            raw = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise JudgeItemError(f"line {number}: not JSON ({exc.msg})", file=path) from None
+        try:
+            items.append(JudgeItem.model_validate(raw))
+        except ValidationError as exc:
+            field, problem = schema_problem(exc, JudgeItem)
+            name = raw.get("id") if isinstance(raw, dict) else None
+            raise JudgeItemError(f"line {number}{f' (item {name})' if name else ''}: {problem}", file=path,
+                                 field=field) from None  # fmt: skip
+    return items
+
+
+def load_items(paths: Iterable[Path]) -> list[JudgeItem]:
+    """Items of every file (a folder: its *.jsonl files, sorted); an id used twice is refused."""
+    files: list[Path] = []
+    for path in paths:
+        files += sorted(path.rglob("*.jsonl")) if path.is_dir() else [path]
+    items: list[JudgeItem] = []
+    where: dict[str, Path] = {}
+    for file in files:
+        for item in load_item_file(file):
+            if item.id in where:
+                raise JudgeItemError(f"item id {item.id!r} is used in {where[item.id]} too", file=file, field="id")
+            where[item.id] = file
+            items.append(item)
+    return items
