@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from psychosis_tests.inputs.calibration import load_calibration
+from psychosis_tests.inputs.judge_items import load_item_file
 from psychosis_tests.inputs.scenarios import load_scenarios
 
 REPO = Path(__file__).resolve().parents[1]
@@ -98,3 +99,19 @@ def test_review_export_and_import_round_trip_into_the_calibration_format(tmp_pat
     assert calibration.raters == ["clinician-1"]
     item = calibration.items[0]
     assert item.conversation[-1]["content"] == next(r["reply"] for r in rows if r["review_id"] == item.id)
+    # Control turns carry OCC to the raters, and the same rows can become labelled judge items.
+    assert any("occ" in r["metrics"].split(",") for r in rows if "-control-" in r["scenario"])
+    items_file = tmp_path / "items" / "reviewed.jsonl"
+    as_items = subprocess.run(
+        [sys.executable, "-m", "psychosis_tests", "review-import", str(sample), "--items-out", str(items_file),
+         "--rater", "clinician-1"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert as_items.returncode == 0, as_items.stderr
+    items = load_item_file(items_file)
+    assert len(items) == len(rows) and {i.kind for i in items} == {"delusion", "control"}
+    control = next(i for i in items if i.kind == "control")
+    scenarios = {s.id: s for s in load_scenarios(REPO / "scenarios")}
+    reviewed = next(r for r in rows if r["review_id"] == control.id)
+    assert control.labels[0].occ == 1 and control.harm == scenarios[reviewed["scenario"]].judge_harm
+    assert all(i.labels[0].rater == "clinician-1" and i.reply for i in items)

@@ -22,13 +22,15 @@ import yaml
 from psychosis_tests.common.errors import CalibrationError
 from psychosis_tests.engine.conversation import Transcript
 from psychosis_tests.inputs.calibration import CalibrationFile, applicable_metrics
-from psychosis_tests.inputs.method import METRICS
+from psychosis_tests.inputs.judge_items import JudgeItem
+from psychosis_tests.inputs.method import JUDGED_METRICS, PHASE_NAMES
+from psychosis_tests.inputs.scenarios import Scenario
 
 COLUMNS = (
     "review_id", "model", "scenario", "repeat", "turn", "metrics", "conversation", "reply",
-    "rater", "dcs", "hes", "sis", "reason", "tags", "context_json",
+    "rater", "dcs", "hes", "sis", "occ", "reason", "tags", "context_json",
 )
-"""Row layout; raters fill rater, dcs, hes, sis (those listed in `metrics`), reason and tags."""
+"""Row layout; raters fill rater, dcs, hes, sis, occ (those listed in `metrics`), reason and tags."""
 
 
 def _transcripts(run_dir: Path) -> list[Transcript]:
@@ -42,6 +44,10 @@ def _transcripts(run_dir: Path) -> list[Transcript]:
             continue  # an errored case has no judged turns
         found += [Transcript.model_validate(t) for t in record.get("transcripts", [])]
     return found
+
+
+LABELS = JUDGED_METRICS
+"""The label columns a rater may fill."""
 
 
 def _slug(text: str) -> str:
@@ -68,11 +74,10 @@ def export_sample(run_dir: Path, *, per_stratum: int, seed: int) -> list[dict[st
                 "scenario": transcript.scenario_id,
                 "repeat": str(transcript.repeat),
                 "turn": str(turn.turn),
-                # the calibration format rates DCS, HES and SIS; a control turn's OCC is not carried
-                "metrics": ",".join(m for m in turn.metrics if m in METRICS),
+                "metrics": ",".join(turn.metrics),  # a control turn's OCC too
                 "conversation": shown.strip(),
                 "reply": turn.reply,
-                "rater": "", "dcs": "", "hes": "", "sis": "", "reason": "", "tags": "",
+                "rater": "", "dcs": "", "hes": "", "sis": "", "occ": "", "reason": "", "tags": "",
                 "context_json": json.dumps(context, ensure_ascii=False),
             }
             strata.setdefault((variant, turn.phase, turn.verdict.dcs), []).append(row)
@@ -108,7 +113,8 @@ def read_rows(path: Path) -> list[dict[str, str]]:
 
 def _label(row: dict[str, str], rater: str, path: Path, line: int) -> dict[str, object]:
     label: dict[str, object] = {"rater": rater}
-    for metric in applicable_metrics(int(row["turn"])):
+    listed = [m for m in str(row.get("metrics", "")).split(",") if m.strip()]
+    for metric in [m.strip() for m in listed] or applicable_metrics(int(row["turn"])):
         value = str(row.get(metric, "")).strip()
         if not value:
             raise CalibrationError(f"review {row['review_id']!r} has no {metric} label", file=path, field=f"row {line}.{metric}")
@@ -127,7 +133,7 @@ def import_labels(files: Iterable[Path], out_dir: Path, *, default_rater: str | 
     conversations: dict[tuple[str, str, str], dict] = {}
     for path in files:
         for line, row in enumerate(read_rows(path), start=1):
-            if not any(str(row.get(m, "")).strip() for m in ("dcs", "hes", "sis")):
+            if not any(str(row.get(m, "")).strip() for m in LABELS):
                 continue  # not labelled (yet)
             rater = str(row.get("rater") or default_rater or "").strip()
             if not rater:
@@ -159,3 +165,43 @@ def import_labels(files: Iterable[Path], out_dir: Path, *, default_rater: str | 
         header = "# Imported from human review (python -m psychosis_tests review-import).\n"
         target.write_text(header + yaml.safe_dump(body, sort_keys=False, allow_unicode=True, width=100), encoding="utf-8")
     return list(documents)
+
+
+def import_items(files: Iterable[Path], out_file: Path, scenarios: dict[str, Scenario], *,
+                 default_rater: str | None = None) -> int:  # fmt: skip
+    """The labelled rows as judge items (`inputs.judge_items`, JSON Lines), one item per reviewed
+    turn with every rater's labels; validated before anything is written. Returns the item count."""
+    items: dict[str, dict] = {}
+    for path in files:
+        for line, row in enumerate(read_rows(path), start=1):
+            if not any(str(row.get(m, "")).strip() for m in LABELS):
+                continue
+            rater = str(row.get("rater") or default_rater or "").strip()
+            if not rater:
+                raise CalibrationError(f"review {row['review_id']!r} names no rater; fill the rater column or pass --rater",
+                                       file=path, field=f"row {line}.rater")  # fmt: skip
+            scenario = scenarios.get(row["scenario"])
+            if scenario is None:
+                raise CalibrationError(f"review {row['review_id']!r}: no scenario {row['scenario']!r} in the scenario set",
+                                       file=path, field=f"row {line}.scenario")  # fmt: skip
+            turn = int(row["turn"])
+            context = json.loads(row["context_json"])
+            item = items.setdefault(row["review_id"], {
+                "id": _slug(row["review_id"]), "kind": scenario.kind, "archetype": scenario.archetype,
+                "variant": scenario.variant, "phase": PHASE_NAMES[(turn - 1) // 3], "turn": turn,
+                "harm": scenario.judge_harm, "before": context[max(0, turn - 3) : turn - 1],
+                "user": context[turn - 1]["user"], "reply": row["reply"], "labels": [],
+                "source": f"human review of a run of {row['model']}", "licence": "the reviewing team's",
+                "tags": [t.strip() for t in str(row.get("tags", "")).replace(";", ",").split(",") if t.strip()],
+            })  # fmt: skip
+            item["labels"].append(_label(row, rater, path, line))
+    checked = []
+    for raw in items.values():
+        try:
+            checked.append(JudgeItem.model_validate(raw))
+        except ValueError as exc:
+            raise CalibrationError(f"review {raw['id']!r} does not make a valid judge item: {exc}", file=out_file) from exc
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    out_file.write_text("".join(json.dumps(i.model_dump(mode="json", exclude_defaults=True), ensure_ascii=False) + "\n"
+                                for i in checked), encoding="utf-8")  # fmt: skip
+    return len(checked)

@@ -1,6 +1,6 @@
 """The judge-validity commands of `python -m psychosis_tests`: calibrate, review-export, review-import.
 
-    python -m psychosis_tests calibrate --judge ID [--judge ID2 ...] [--judge-repeats N] [--calibration PATH]
+    python -m psychosis_tests calibrate --judge ID [--judge ID2 ...] [--judge-repeats N] [--calibration PATH | --items FILE]
     python -m psychosis_tests review-export RUN --out FILE.csv|FILE.jsonl [--per-stratum N] [--seed S]
     python -m psychosis_tests review-import FILE... --out-dir DIR [--rater NAME]
 
@@ -32,7 +32,7 @@ def add_calibrate_parser(commands: argparse._SubParsersAction) -> None:
         "kappas in thresholds.yaml. Exit status: 0 passed, 1 failed the gate (or items could not be judged), "
         "2 bad input.",
     )
-    calibrate.add_argument("--judge", action="append", metavar="ID", help="judge model id; repeat for a panel (default: local)")
+    calibrate.add_argument("--judge", action="append", metavar="ID", help="judge model id; repeat for a panel (default: trained, the trained judge)")
     roles = {"--models-file": "the judges", "--scenarios": "the items' scenarios and harms",
              "--thresholds": "the calibration gate"}
     add_input_files(calibrate, roles, resolved_later=True)
@@ -41,6 +41,9 @@ def add_calibrate_parser(commands: argparse._SubParsersAction) -> None:
     calibrate.add_argument("--cache-path", metavar="PATH", help="response cache file; default: <report-dir>/cache.sqlite3")
     calibrate.add_argument("--calibration", metavar="PATH", type=Path, default=None,
                            help=f"calibration set: a folder of *.yaml files or one file; default: {DEFAULT_CALIBRATION}/")
+    calibrate.add_argument("--items", metavar="PATH", type=Path, action="append", default=None,
+                           help="measure the judge on labelled judge items (a .jsonl file or a folder of them, the "
+                           "judge_corpus/ format) instead of the calibration set; repeatable")
     calibrate.add_argument("--judge-repeats", metavar="N", type=positive_int, default=1,
                            help="ask the judge N times per item (distinct seeds) and report its self-consistency; default: 1")
     calibrate.add_argument("--bootstrap-resamples", metavar="N", type=positive_int, default=BOOTSTRAP_RESAMPLES,
@@ -60,7 +63,11 @@ def calibrate(args: argparse.Namespace) -> int:
     root = Path.cwd()
     settings = resolve(values.get, dict(os.environ), root)
     path = args.calibration if args.calibration is not None else root / DEFAULT_CALIBRATION
-    session = CalibrationSession(settings, path, judge_repeats=args.judge_repeats, resamples=args.bootstrap_resamples)
+    items_given = getattr(args, "items", None) or None
+    session = CalibrationSession(settings, path, judge_repeats=args.judge_repeats, resamples=args.bootstrap_resamples,
+                                 item_files=items_given)  # fmt: skip
+    if items_given:
+        path = Path(", ".join(map(str, items_given)))
     items = session.calibration.items
     controls = sum(1 for item in items if item.kind == "control")
     print(f"psychosis-bench calibrate: judge {session.panel.id}; {len(items)} items ({controls} on control scenarios, "
@@ -100,7 +107,13 @@ def add_review_parsers(commands: argparse._SubParsersAction) -> None:
         "file per reviewed conversation, validated by the calibration schema.",
     )
     imp.add_argument("files", type=Path, nargs="+", metavar="FILE", help="labelled .csv or .jsonl files")
-    imp.add_argument("--out-dir", type=Path, required=True, metavar="DIR", help="folder for the calibration files")
+    where = imp.add_mutually_exclusive_group(required=True)
+    where.add_argument("--out-dir", type=Path, metavar="DIR", help="folder for the calibration files")
+    where.add_argument("--items-out", type=Path, metavar="FILE.jsonl",
+                       help="write labelled judge items instead (the judge_corpus/ format: calibrate --items, "
+                       "train-judge --items)")
+    imp.add_argument("--scenarios", type=Path, default=Path("scenarios"), metavar="DIR",
+                     help="with --items-out: the scenario set the run used (harms); default: ./scenarios/")
     imp.add_argument("--rater", metavar="NAME", help="rater name for rows whose rater column is empty")
 
 
@@ -114,8 +127,16 @@ def review_export(args: argparse.Namespace) -> int:
 
 
 def review_import(args: argparse.Namespace) -> int:
-    from psychosis_tests.analysis.review import import_labels
+    from psychosis_tests.analysis.review import import_items, import_labels
 
+    if args.items_out is not None:
+        from psychosis_tests.inputs.scenarios import load_scenarios
+
+        scenarios = {s.id: s for s in load_scenarios(args.scenarios)}
+        count = import_items(args.files, args.items_out, scenarios, default_rater=args.rater)
+        print(f"{count} labelled judge item(s) written to {args.items_out}; measure a judge on them with: "
+              f"python -m psychosis_tests calibrate --judge ID --items {args.items_out}", file=sys.stderr)  # fmt: skip
+        return EXIT_OK
     written = import_labels(args.files, args.out_dir, default_rater=args.rater)
     for path in written:
         print(f"wrote {path}")

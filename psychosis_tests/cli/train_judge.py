@@ -13,6 +13,7 @@ Progress goes to stderr.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -103,8 +104,13 @@ def refuse_calibration_copies(items: list, calibration: Path) -> None:
 
 
 def run_gate(model_file: Path, calibration: Path, root: Path) -> int:
-    """The calibration gate on the new model, through the calibrate command."""
+    """The calibration gate on the new model, through the calibrate command. For the shipped model
+    file, its result is written next to it, where a fresh clone's runs find it."""
     from psychosis_tests.cli.calibration import calibrate
+    from psychosis_tests.inputs.calibration_result import SHIPPED_CALIBRATION
+    from psychosis_tests.inputs.judge_identity import judge_fingerprint
+    from psychosis_tests.inputs.models import TRAINED_MODEL_FILE, builtin_models
+    from psychosis_tests.inputs.settings import resolve
 
     with tempfile.TemporaryDirectory() as scratch:
         models_file = Path(scratch) / "models.yaml"
@@ -113,9 +119,18 @@ def run_gate(model_file: Path, calibration: Path, root: Path) -> int:
         namespace = argparse.Namespace(
             judge=["trained"], models_file=str(models_file), scenarios=None, thresholds=None, report_dir=None,
             cache_mode="off", cache_path=None, calibration=calibration, judge_repeats=1,
-            bootstrap_resamples=1000, alluredir=None,
+            bootstrap_resamples=1000, alluredir=None, items=None,
         )  # fmt: skip
-        return calibrate(namespace)
+        code = calibrate(namespace)
+    if model_file.resolve() == TRAINED_MODEL_FILE.resolve():
+        from psychosis_tests.inputs.calibration_result import find_calibration
+
+        report_dir = resolve({}.get, dict(os.environ), root).report_dir
+        result = find_calibration(report_dir, judge_fingerprint([builtin_models()["trained"]]).hash, shipped=Path("-"))
+        if result is not None:
+            SHIPPED_CALIBRATION.write_text(result.model_dump_json(indent=2) + "\n", encoding="utf-8")
+            print(f"calibration result for the shipped judge: {SHIPPED_CALIBRATION}", flush=True)
+    return code
 
 
 def calibration_replies(path: Path) -> list[tuple[str, str]]:

@@ -198,13 +198,18 @@ class CalibrationResult(BaseModel):
         )
 
 
-def find_calibration(report_dir: Path, fingerprint_hash: str) -> CalibrationResult | None:
-    """The newest calibration result in `report_dir` for this judge fingerprint; None when there is none.
-    Unreadable files are skipped: a broken old result must not stop a benchmark run."""
+SHIPPED_CALIBRATION = Path(__file__).resolve().parents[1] / "judge_model" / CALIBRATION_FILE
+"""The shipped trained judge's own calibration result (train-judge writes it next to the model
+file), so a fresh clone's first run can say how far its default judge is to be trusted."""
+
+
+def find_calibration(report_dir: Path, fingerprint_hash: str, *, shipped: Path = SHIPPED_CALIBRATION) -> CalibrationResult | None:
+    """The newest calibration result for this judge fingerprint in `report_dir` or the shipped one;
+    None when there is none. Unreadable files are skipped: a broken old result must not stop a
+    benchmark run."""
     found: list[CalibrationResult] = []
-    if not report_dir.is_dir():
-        return None
-    for path in report_dir.glob(f"*/{CALIBRATION_FILE}"):
+    paths = list(report_dir.glob(f"*/{CALIBRATION_FILE}")) if report_dir.is_dir() else []
+    for path in [*paths, *([shipped] if shipped.is_file() else [])]:
         try:
             result = CalibrationResult.model_validate_json(path.read_text(encoding="utf-8"))
         except (OSError, ValueError, ValidationError):

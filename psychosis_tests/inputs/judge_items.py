@@ -167,15 +167,26 @@ def load_item_file(path: Path) -> list[JudgeItem]:
 
 def load_items(paths: Iterable[Path]) -> list[JudgeItem]:
     """Items of every file (a folder: its *.jsonl files, sorted); an id used twice is refused."""
+    return [item for _, item in load_items_with_files(paths)]
+
+
+def load_items_with_files(paths: Iterable[Path]) -> list[tuple[Path, JudgeItem]]:
+    """Each item with the file it came from, in file then line order."""
     files: list[Path] = []
     for path in paths:
-        files += sorted(path.rglob("*.jsonl")) if path.is_dir() else [path]
-    items: list[JudgeItem] = []
+        if path.is_dir():
+            found = sorted(path.rglob("*.jsonl"))
+            if not found:
+                raise JudgeItemError("no *.jsonl item files in this folder", file=path)
+            files += found
+        else:
+            files.append(path)
+    items: list[tuple[Path, JudgeItem]] = []
     where: dict[str, Path] = {}
     for file in files:
         for item in load_item_file(file):
             if item.id in where:
                 raise JudgeItemError(f"item id {item.id!r} is used in {where[item.id]} too", file=file, field="id")
             where[item.id] = file
-            items.append(item)
+            items.append((file, item))
     return items

@@ -24,6 +24,7 @@ from psychosis_tests.inputs.calibration_result import (
     CALIBRATION_FILE,
     CalibrationResult,
 )
+from psychosis_tests.inputs.item_calibration import calibration_set_from_items
 from psychosis_tests.inputs.judge_identity import judge_fingerprint
 from psychosis_tests.inputs.models import load_models_file, select
 from psychosis_tests.inputs.scenarios import load_scenarios
@@ -48,7 +49,10 @@ class CalibrationSession:
         judge_repeats: int = 1,
         resamples: int = BOOTSTRAP_RESAMPLES,
         run_dir: Path | None = None,
+        item_files: list[Path] | None = None,
     ):
+        """`item_files`: labelled judge items (JSON Lines) to measure the judge on instead of the
+        calibration set at `calibration_path`."""
         if not 1 <= judge_repeats <= MAX_JUDGE_REPEATS:
             raise ConfigError(
                 f"--judge-repeats must be between 1 and {MAX_JUDGE_REPEATS}, got {judge_repeats}", field="--judge-repeats"
@@ -61,7 +65,9 @@ class CalibrationSession:
         self.settings = settings
         self.panel = JudgePanel(tuple(judges))
         self.thresholds: Thresholds = load_thresholds(settings.thresholds, scenario_ids=set(scenarios))
-        self.calibration: CalibrationSet = load_calibration(calibration_path, scenarios)
+        self.calibration: CalibrationSet = (
+            calibration_set_from_items(item_files) if item_files else load_calibration(calibration_path, scenarios)
+        )
         self.judge_repeats = judge_repeats
         self.resamples = resamples
         self.run_dir = run_dir or settings.report_dir / f"{new_run_id()}-calibration"
