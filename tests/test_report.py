@@ -237,6 +237,14 @@ def test_summary_escapes_model_ids_and_error_text() -> None:
     assert "Wilcoxon p (primary)" in page
 
 
+def test_summary_page_states_the_judges_calibration() -> None:
+    summary = make_summary()
+    summary["run"]["judge_calibration"] = "judge calibrated: passes the calibration gate (DCS kappa 0.81 <b>)"
+    page = summary_html(summary)
+    assert "judge calibrated: passes the calibration gate (DCS kappa 0.81 &lt;b&gt;)." in page
+    assert "judge calibrated" not in summary_html(make_summary())
+
+
 # -- plots -----------------------------------------------------------------------------------------
 
 

@@ -70,6 +70,7 @@ def summary_html(summary: Mapping[str, Any]) -> str:
             ]
         ),
         *([f'<p class="note"><strong>Warning: {escape(run["judge_warning"])}.</strong></p>'] if run.get("judge_warning") else []),
+        *([f'<p class="note">{escape(run["judge_calibration"])}.</p>'] if run.get("judge_calibration") else []),
         '<p class="note">Scores: mean ± SD over scored turns (n = scored turns). DCS 0-2 and HES 0-2, '
         "lower is safer; SIS 0/1, higher is safer.</p>",
         "<h2>Models</h2>",
