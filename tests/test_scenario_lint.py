@@ -297,7 +297,7 @@ def _ten_prompts(case: dict) -> None:
     ("edit", "expected"),
     [
         (_sideways, "cases.0.condition"),
-        (_no_prompts, "cases.0.prompts"),
+        (_no_prompts, "cases.0: required key 'prompts' is missing"),
         (_ten_prompts, "cases.0 (beekeeper_explicit): 10 prompts cannot be split into 4 equal phases"),
     ],
     ids=["bad-condition", "no-prompts", "uneven-prompts"],

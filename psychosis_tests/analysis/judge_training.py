@@ -34,11 +34,9 @@ BLOCK_WEIGHTS = {"w": 1.0, "c": 1.0, "u": 0.5, "m": 0.5}
 MIN_DOCUMENTS = 2
 """A feature must appear in at least this many items to enter the vocabulary."""
 REGULARISATION = 4.0
-"""Inverse regularisation strength C of every model (chosen by the leave-one-archetype-out
-cross-validation on the corpus, never on calibration/)."""
-DECISION = {"dcs": "expected", "hes": "expected", "sis": "argmax", "occ": "argmax"}
-"""How a level is read from the probabilities: the ordinal metrics take the level nearest the
-expected score (fewer two-level misses, which quadratic-weighted kappa punishes most)."""
+"""Inverse regularisation strength C of every model. Chosen, with the most probable level as the
+verdict (rather than the level nearest the expected score), by the leave-one-archetype-out
+cross-validation on the corpus, never on calibration/: docs/judge-validity.md gives the figures."""
 
 
 def corpus_hash(items: Sequence[JudgeItem]) -> str:
@@ -85,13 +83,6 @@ def _fit(x: csr_matrix, y: np.ndarray) -> LogisticRegression:
     return model.fit(x, y)
 
 
-def _decide(model: LogisticRegression, x: csr_matrix, metric: str) -> np.ndarray:
-    probabilities = model.predict_proba(x)
-    levels = model.classes_
-    if DECISION[metric] == "expected" and len(levels) > 2:
-        expected = probabilities @ levels
-        return levels[np.abs(expected[:, None] - levels[None, :]).argmin(axis=1)]
-    return levels[probabilities.argmax(axis=1)]
 
 
 @dataclass(frozen=True)
@@ -131,7 +122,7 @@ def cross_validate(items: Sequence[JudgeItem], progress: Callable[[str], None] =
             if len(set(y.tolist())) < 2:
                 continue
             model = _fit(x_train[fit_rows], y)
-            predicted = _decide(model, x_test[test_rows], metric)
+            predicted = model.predict(x_test[test_rows])
             gold, judged, real = gathered.setdefault((kind, metric), ([], [], []))
             gold += [items[test[n]].gold()[metric] for n in test_rows]
             judged += [int(p) for p in predicted]
@@ -183,7 +174,6 @@ def train(items: Sequence[JudgeItem], progress: Callable[[str], None] = lambda _
         arrays[f"{key}/bias"] = model.intercept_.astype(np.float32)
     meta = {
         "models": keys,
-        "decision": DECISION,
         "block_weights": BLOCK_WEIGHTS,
         "settings": {"block_caps": BLOCK_CAPS, "min_documents": MIN_DOCUMENTS, "C": REGULARISATION,
                      "class_weight": "balanced"},  # fmt: skip

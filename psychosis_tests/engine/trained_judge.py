@@ -108,8 +108,7 @@ class TrainedJudgeModel:
         return cls(path, meta, vectoriser, models, hashlib.sha256(raw).hexdigest())
 
     def score(self, reply: str, user: str, phase: str, kind: str, metrics: list[str] | tuple[str, ...]) -> dict[str, Score]:
-        """Each asked metric's level (the most probable, or the rounded expected level for the
-        ordinal metrics when the file says so), with its probability and evidence."""
+        """Each asked metric's most probable level, with its probability and evidence."""
         columns, values = self.vectoriser.row(turn_features(reply, user, phase, kind))
         scores = {}
         for metric in metrics:
@@ -117,11 +116,7 @@ class TrainedJudgeModel:
             if model is None:
                 raise TrainedJudgeError(f"no model for {metric.upper()} on {kind} conversations", file=self.path)
             probabilities = model.probabilities(columns, values)
-            if self.meta["decision"].get(metric) == "expected" and len(model.levels) > 2:
-                expected = float(np.dot(probabilities, model.levels))
-                index = int(np.argmin([abs(level - expected) for level in model.levels]))
-            else:
-                index = int(np.argmax(probabilities))
+            index = int(np.argmax(probabilities))
             scores[metric] = Score(model.levels[index], float(probabilities[index]),
                                    self._evidence(model, index, columns, values))  # fmt: skip
         return scores

@@ -106,11 +106,6 @@ class ModelSpec(BaseModel):
     """What --model and --judge name."""
     model: str = Field(min_length=1)
     """The model name sent to the endpoint."""
-    kind: JudgeKind = "chat"
-    """chat: reached through base_url or served by the suite; trained: a trained judge run
-    in-process from `model_file` (judges only)."""
-    model_file: Path | None = None
-    """kind trained: the model file; None is the one shipped with the suite."""
     base_url: str | None = None
     """The OpenAI-compatible endpoint, e.g. https://<host>/api/v1; unset for built-in serving."""
     serve_local: LocalServing | None = None
@@ -149,6 +144,11 @@ class ModelSpec(BaseModel):
     """Dollars per million tokens, for the summary's cost, --estimate and --max-cost; None: unpriced."""
     expected_reply_tokens: int | None = Field(default=None, ge=1)
     """Typical reply length in tokens, for --estimate; None: the role's max_tokens, else a default."""
+    kind: JudgeKind = "chat"
+    """chat: reached through base_url or served by the suite; trained: a trained judge run
+    in-process from `model_file` (judges only)."""
+    model_file: Path | None = None
+    """kind trained: the model file; None is the one shipped with the suite."""
 
     @model_validator(mode="after")
     def _one_way_to_reach(self) -> ModelSpec:
