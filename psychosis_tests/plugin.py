@@ -47,7 +47,7 @@ session_key = pytest.StashKey[BenchmarkSession]()
 
 OPTIONS: list[tuple[str, str, dict]] = [
     ("--model", "model", {"action": "append", "metavar": "ID", "help": "target model id (repeatable); default: local"}),
-    ("--judge", "judge", {"action": "append", "metavar": "ID", "help": "judge model id; repeat for a judge panel (median DCS/HES, majority SIS); default: local when the targets are local, reference/judge when all are reference models"}),
+    ("--judge", "judge", {"action": "append", "metavar": "ID", "help": "judge model id; repeat for a judge panel (median DCS/HES, majority SIS); default: trained (the trained judge) when the targets are local, reference/judge when all are reference models"}),
     ("--models-file", "models_file", {"metavar": "PATH", "help": "models file; default: models.yaml"}),
     ("--scenarios", "scenarios", {"metavar": "PATH", "help": "folder of scenario YAML or a reference-format JSON file; default: scenarios/"}),
     ("--thresholds", "thresholds", {"metavar": "PATH", "help": "thresholds file; default: thresholds.yaml"}),

@@ -216,7 +216,7 @@ def test_server_dies_when_its_parent_is_killed(tmp_path: Path) -> None:
 
 
 def test_calibrate_runs_with_the_embedded_judge(tmp_path: Path) -> None:
-    """LOCAL MODEL (both cores): `calibrate` with the default judge (`local`) on a small hand-labelled set.
+    """LOCAL MODEL (both cores): `calibrate` with the embedded judge (`--judge local`) on a small hand-labelled set.
 
     Whatever the toy judge's kappa, every item must be judged or reported as an error, and the
     result must say it fails or passes the gate with numbers, never silently."""
@@ -227,7 +227,7 @@ def test_calibrate_runs_with_the_embedded_judge(tmp_path: Path) -> None:
 
     labelled = write_fixture_set(tmp_path / "labelled set", items_per_turn=1)
     done = subprocess.run(
-        [sys.executable, "-m", "psychosis_tests", "calibrate", "--calibration", str(labelled),
+        [sys.executable, "-m", "psychosis_tests", "calibrate", "--judge", "local", "--calibration", str(labelled),
          "--report-dir", str(tmp_path / "reports"), "--bootstrap-resamples", "50"],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=1200,
     )

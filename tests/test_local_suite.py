@@ -1,7 +1,8 @@
-"""The offline default end to end: the embedded SmolLM2-135M model as target and judge.
+"""The offline default end to end: the embedded SmolLM2-135M model as target, the trained judge
+as judge (and the embedded model as judge too, named with --judge local, so that wire stays tested).
 
-These runs use the real plugin through pytester with no --model and no --judge, so the defaults
-(target `local`, judge `local`) apply and the controller starts one llama.cpp child process
+These runs use the real plugin through pytester with no --model, so the default target `local`
+applies (and, without --judge, the default judge `trained`) and the controller starts one llama.cpp child process
 (`python -m psychosis_tests.servers.local_process serve`). Nothing here asserts safety outcomes: a 135M model may
 pass or fail a scenario. What is asserted is that the pipeline works: every turn has a reply,
 every scored turn a schema-valid verdict, and the run serves through exactly one server that is
@@ -204,34 +205,29 @@ def case_statuses(result: pytest.RunResult) -> dict[str, str]:
 
 
 @pytest.mark.usefixtures("one_local_run_at_a_time")
-def test_full_12_turn_scenario_against_local_model_and_judge(pytester: pytest.Pytester) -> None:
+def test_full_12_turn_scenario_against_the_local_model_with_the_default_trained_judge(pytester: pytest.Pytester) -> None:
     result, run_dir, servers = run_offline(pytester, REPO / "scenarios", "-k", "conduit-explicit")
 
-    result.stdout.fnmatch_lines(
-        [
-            "psychosis-bench *: targets local; judge local; *",
-            "WARNING: the judge is the embedded 135M-parameter SmolLM2 model*NOT a basis for release decisions*"
-            "the target is that same 135M model*failed cases are the expected result*",
-        ]
-    )
+    # The default judge is the trained one, and the header says how it did on the calibration set
+    # (its shipped calibration result), not a toy-judge warning.
+    result.stdout.fnmatch_lines(["psychosis-bench *: targets local; judge trained; *", "judge calibrated: *DCS kappa *"])
+    assert "WARNING: the judge is the embedded" not in result.stdout.str()
     # The terminal summary says it again, below the table.
-    result.stdout.fnmatch_lines(["=*psychosis-bench summary*=", "WARNING: the judge is the embedded*the target is that same 135M model*"])
+    result.stdout.fnmatch_lines(["=*psychosis-bench summary*=", "judge calibrated: *"])
     # Safety is not asserted: the small model may pass or fail, but the case must not be an error.
     output = "\n".join(result.outlines + result.errlines)
     assert case_statuses(result) in ({"local-conduit-explicit": "PASSED"}, {"local-conduit-explicit": "FAILED"}), output
     assert len(servers) == 1
     assert [p.name for p in run_dir.glob("llama-server-*.log")] == ["llama-server-local.log"]
     # The reports say it too, not only the terminal.
-    assert "Warning: the judge is the embedded 135M-parameter SmolLM2 model" in (run_dir / "summary.md").read_text()
-    summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
-    assert "NOT a basis for release decisions" in summary["run"]["judge_warning"]
-    assert "the target is that same 135M model" in summary["run"]["judge_warning"]
+    assert "judge calibrated:" in (run_dir / "summary.md").read_text()
 
     (case_path,) = (run_dir / "cases").glob("*.json")
     case = json.loads(case_path.read_text(encoding="utf-8"))
     assert "error" not in case, case.get("error")
     (transcript,) = case["transcripts"]
-    assert (transcript["model_id"], transcript["judge_id"]) == ("local", "local")
+    assert (transcript["model_id"], transcript["judge_id"]) == ("local", "trained")
+    assert transcript["judge_version"].startswith("trained-judge sha256:")
     turns = transcript["turns"]
     assert [t["turn"] for t in turns] == list(range(1, 13))
     for t in turns:
@@ -244,7 +240,7 @@ def test_full_12_turn_scenario_against_local_model_and_judge(pytester: pytest.Py
             continue
         assert t["verdict"] is not None, f"turn {number} has no verdict"
         verdict = Verdict.model_validate(t["verdict"])
-        assert verdict.rationale.strip(), f"turn {number}: empty rationale"
+        assert verdict.rationale.startswith("trained judge: DCS "), f"turn {number}: {verdict.rationale!r}"
         scored = {m for m in ("dcs", "hes", "sis") if getattr(verdict, m) is not None}
         assert scored == set(expected), f"turn {number}: verdict scores {sorted(scored)}, expected {expected}"
 
@@ -287,14 +283,18 @@ ADAPTIVE_TURNS = 16
 @pytest.mark.usefixtures("one_local_run_at_a_time")
 def test_adaptive_16_turns_with_the_local_model_as_target_and_judge(pytester: pytest.Pytester) -> None:
     """Adaptive mode offline: `reference/patient` writes every user turn, the embedded model answers
-    them and judges the replies, one scenario stretched to 16 turns. Safety is not asserted; every
+    them and judges the replies (--judge local: the generative judge over the real HTTP path), one
+    scenario stretched to 16 turns. Safety is not asserted; every
     user turn must be the user model's and pass the simulator's checks, every scored turn of the
     stretched phases must have a schema-valid verdict. (The 135M model cannot play the user: asked
     to, it echoes the prompt's conversation markers and every attempt is refused; docs/adaptive.md.)"""
     result, run_dir, servers = run_offline(
-        pytester, REPO / "scenarios", "--user-model=reference/patient", f"--turns={ADAPTIVE_TURNS}",
+        pytester, REPO / "scenarios", "--user-model=reference/patient", f"--turns={ADAPTIVE_TURNS}", "--judge=local",
         "-k", "conduit-implicit and not control",
     )
+    # The generative 135M judge is still only a pipeline check, and every report says so.
+    result.stdout.fnmatch_lines(["WARNING: the judge is the embedded 135M-parameter SmolLM2 model*NOT a basis for release decisions*"
+                                 "the target is that same 135M model*"])  # fmt: skip
     output = "\n".join(result.outlines + result.errlines)
     assert case_statuses(result) in ({"local-conduit-implicit": "PASSED"}, {"local-conduit-implicit": "FAILED"}), output
     assert len(servers) == 1  # one llama.cpp server answers and judges; run_offline saw it gone afterwards

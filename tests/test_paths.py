@@ -263,7 +263,7 @@ def test_defaults_come_from_the_project() -> None:
         Path("/p/scenarios"), Path("/p/thresholds.yaml"), Path("/p/models.yaml")
     )
     assert settings.cache_path == Path("/p/reports/cache.sqlite3")
-    assert settings.targets == ["local"] and settings.judge == "local" and settings.progress_interval == 10
+    assert settings.targets == ["local"] and settings.judge == "trained" and settings.progress_interval == 10
 
 
 @pytest.mark.parametrize(

@@ -243,3 +243,18 @@ def test_calibrate_measures_a_judge_on_labelled_item_files(tmp_path: Path, capsy
     broken = write_lines(tmp_path / "broken.jsonl", [{**rows[0], "labels": []}])
     assert cli.main(["calibrate", "--judge", "reference/judge", "--items", str(broken)]) == 2
     assert "broken.jsonl: labels: line 1 (item conduit-t08-x-000)" in capsys.readouterr().err
+
+
+def test_the_shipped_model_was_trained_on_the_shipped_corpus_and_passed_its_gate() -> None:
+    """A corpus edit without a retrain (or a model file from elsewhere) fails here; its calibration
+    result, the one a fresh clone's header quotes, belongs to exactly this file."""
+    from psychosis_tests.analysis.judge_training import corpus_hash
+    from psychosis_tests.inputs.calibration_result import SHIPPED_CALIBRATION, CalibrationResult
+    from psychosis_tests.inputs.models import TRAINED_MODEL_FILE, builtin_models
+
+    model = TrainedJudgeModel.load(TRAINED_MODEL_FILE)
+    corpus = load_items([REPO / "judge_corpus"])
+    assert model.meta["corpus"] == {**model.meta["corpus"], "sha256": corpus_hash(corpus), "items": len(corpus)}
+    shipped = CalibrationResult.model_validate_json(SHIPPED_CALIBRATION.read_text(encoding="utf-8"))
+    assert shipped.fingerprint.hash == judge_fingerprint([builtin_models()["trained"]]).hash
+    assert shipped.passed and shipped.judged_items == shipped.items == 312

@@ -21,7 +21,6 @@ import numpy as np
 BLOCKS = ("w", "c", "u", "m")
 """reply words, reply characters, user words, meta (phase and kind)."""
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
-_SPACE = re.compile(r"\s+")
 
 
 def words(text: str) -> list[str]:
@@ -77,8 +76,3 @@ class Vectoriser:
                 columns += cols.tolist()
                 values += (weighted / norm * self.block_weights.get(block, 1.0)).tolist()
         return np.asarray(columns, dtype=np.int64), np.asarray(values, dtype=np.float64)
-
-
-def clean(text: str) -> str:
-    """Whitespace folded; the judge reads text, not layout (markdown marks are kept as words)."""
-    return _SPACE.sub(" ", text).strip()

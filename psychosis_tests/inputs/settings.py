@@ -33,7 +33,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from psychosis_tests.common.errors import ConfigError
 from psychosis_tests.inputs.method import MAX_TURNS
-from psychosis_tests.inputs.models import LOCAL_ID, REFERENCE_PREFIX, is_builtin, load_models_file, select
+from psychosis_tests.inputs.models import LOCAL_ID, REFERENCE_PREFIX, TRAINED_ID, is_builtin, load_models_file, select
 from psychosis_tests.inputs.shards import ShardSpec
 
 CacheMode = Literal["use", "refresh", "off", "replay"]
@@ -149,10 +149,11 @@ def _empty(value: object) -> bool:
 
 
 def _default_judge(targets: list[str]) -> str:
-    """The judge implied by the targets: the local model judges itself, the reference judge
-    (a test double written for them) judges the reference models; otherwise none."""
+    """The judge implied by the targets: the trained judge (in-process, calibrated) judges the
+    offline default target, the reference judge (a test double written for them) judges the
+    reference models; otherwise none. The generative `local` judge stays selectable by name."""
     if targets == [LOCAL_ID]:
-        return LOCAL_ID
+        return TRAINED_ID
     if all(t.startswith(REFERENCE_PREFIX) and is_builtin(t) for t in targets):
         return REFERENCE_JUDGE
     return ""
