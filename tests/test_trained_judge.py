@@ -258,3 +258,19 @@ def test_the_shipped_model_was_trained_on_the_shipped_corpus_and_passed_its_gate
     shipped = CalibrationResult.model_validate_json(SHIPPED_CALIBRATION.read_text(encoding="utf-8"))
     assert shipped.fingerprint.hash == judge_fingerprint([builtin_models()["trained"]]).hash
     assert shipped.passed and shipped.judged_items == shipped.items == 312
+
+
+def test_a_missing_model_file_stops_the_run_before_any_call(tmp_path: Path) -> None:
+    import subprocess
+
+    models = tmp_path / "models.yaml"
+    models.write_text(f"models:\n  - {{id: mine, model: m, kind: trained, model_file: {tmp_path / 'gone.npz'}}}\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", str(REPO / "psychosis_tests" / "test_benchmark.py"), "-p", "no:cacheprovider",
+         "--model=reference/guardian", "--judge=mine", f"--models-file={models}", f"--report-dir={tmp_path / 'r'}",
+         "-k", "conduit-explicit"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert f"{tmp_path / 'gone.npz'}: no trained judge model file here" in done.stderr
+    assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())

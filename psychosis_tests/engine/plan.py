@@ -86,6 +86,7 @@ class Plan:
             has_controls=any(s.kind == "control" for s in scenarios.values()),
         )
         plan = cls(settings, targets, JudgePanel(tuple(judges)), scenarios, thresholds, user_model=user_model)
+        plan.panel.scorers  # noqa: B018 (an in-process judge's model file is loaded and checked now, before any call)
         plan.attach_baseline()
         return plan
 

@@ -64,6 +64,7 @@ class CalibrationSession:
         scenarios = {s.id: s for s in load_scenarios(settings.scenarios)}
         self.settings = settings
         self.panel = JudgePanel(tuple(judges))
+        self.panel.scorers  # noqa: B018 (an in-process judge's model file is checked before any item)
         self.thresholds: Thresholds = load_thresholds(settings.thresholds, scenario_ids=set(scenarios))
         self.calibration: CalibrationSet = (
             calibration_set_from_items(item_files) if item_files else load_calibration(calibration_path, scenarios)
