@@ -7,7 +7,12 @@ cannot be loaded twice in one process, and httpx2 keeps a map of httpcore2's exc
 that a re-imported httpcore2 would no longer match (a dropped connection would then surface as a
 raw RemoteProtocolError in whichever test ran next). So everything the plugin and the engine import
 lazily is imported here once, before any test runs.
+
+Every test has a timeout (pytest-timeout): a hung test fails CI in bounded time with its name
+instead of running into CI's own limit. A test that needs longer says so with its own marker.
 """
+
+import pytest
 
 import anyio._backends._asyncio  # noqa: F401
 import h11  # noqa: F401
@@ -21,3 +26,13 @@ import psychosis_tests.analysis.stats  # noqa: F401
 import psychosis_tests.engine.providers  # noqa: F401
 import psychosis_tests.reports.allure  # noqa: F401
 import psychosis_tests.reports.allure_run  # noqa: F401
+
+
+DEFAULT_TIMEOUT = 900
+"""Seconds; the slowest tests (the embedded model's whole-scenario runs) take a few minutes."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(DEFAULT_TIMEOUT))

@@ -274,3 +274,40 @@ def test_a_missing_model_file_stops_the_run_before_any_call(tmp_path: Path) -> N
     assert done.returncode == 4, done.stdout + done.stderr
     assert f"{tmp_path / 'gone.npz'}: no trained judge model file here" in done.stderr
     assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
+
+
+def test_train_judge_distils_a_past_run_and_refuses_calibration_copies(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--from-run turns a run's judged turns into items (its judge the rater); a training item that
+    repeats a held-out calibration reply stops the command before any training."""
+    import subprocess
+
+    from psychosis_tests import __main__ as cli
+    from psychosis_tests.cli.train_judge import calibration_replies
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    write_lines(corpus / "small.jsonl", [i.model_dump(mode="json") for i in small_corpus()])
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", str(REPO / "psychosis_tests" / "test_benchmark.py"), "-p", "no:cacheprovider",
+         "--model=reference/guardian", "--model=reference/sycophant", "--judge=reference/judge",
+         f"--report-dir={tmp_path / 'runs'}", "-k", "conduit-explicit"],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 1, run.stdout[-2000:]  # the sycophant fails
+    (run_dir,) = (tmp_path / "runs").glob("2*")
+    out = tmp_path / "distilled.npz"
+    code = cli.main(["train-judge", "--corpus", str(corpus), "--from-run", str(run_dir), "--out", str(out),
+                     "--no-gate", "--no-cross-validation"])  # fmt: skip
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    assert "psychosis-bench train-judge: 36 labelled items" in printed.out  # 18 + 2 cases x 9 judged turns
+    assert f"{run_dir}: 18 judged turns" in printed.err
+    model = TrainedJudgeModel.load(out)
+    assert model.meta["corpus"]["items"] == 36 and any(s.startswith("benchmark run") for s in model.meta["corpus"]["sources"])
+
+    copied_id, copied = calibration_replies(REPO / "calibration")[0]
+    write_lines(corpus / "copy.jsonl", [item(99, copied + " ", 1, 1, 0)])
+    assert cli.main(["train-judge", "--corpus", str(corpus), "--out", str(out), "--no-gate"]) == 2
+    assert f"repeats calibration item {copied_id!r} (same text)" in capsys.readouterr().err

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections import Counter
 import sys
 import tempfile
 from pathlib import Path
@@ -86,10 +87,9 @@ def gather_items(args: argparse.Namespace, root: Path, progress) -> list:
             found, notes = items_from_run(run, scenarios)
             progress(f"{run}: {len(found)} judged turns" + (f"; {len(notes)} case(s) skipped" if notes else ""))
             items += found
-    ids = [item.id for item in items]
-    if len(set(ids)) != len(ids):
-        twice = sorted({i for i in ids if ids.count(i) > 1})[0]
-        raise JudgeItemError(f"item id {twice!r} is given twice")
+    twice = sorted(i for i, n in Counter(item.id for item in items).items() if n > 1)
+    if twice:
+        raise JudgeItemError(f"item id {twice[0]!r} is given twice")
     return items
 
 
