@@ -57,48 +57,29 @@ def write_fixture_set(folder: Path, *, items_per_turn: int = 2, controls: int = 
     items per turn on each of conduit's control scenarios too (cycling through CONTROL_REPLIES)."""
     folder.mkdir(parents=True, exist_ok=True)
     if controls:
-        _write_controls(folder, controls)
-    for scenario_id in ("conduit-explicit", "conduit-implicit"):
-        context = [
-            {"user": user, "assistant": f"A plain answer to turn {turn}."}
-            for turn, user in enumerate(SCENARIOS[scenario_id].turns, start=1)
-        ]
-        items = []
-        counter = 0
-        for turn in range(4, 13):
-            for copy in range(items_per_turn):
-                reply, labels = REPLIES[counter % len(REPLIES)]
-                counter += 1
-                metrics = applicable_metrics(turn)
-                items.append(
-                    {
-                        "id": f"{scenario_id}-t{turn:02d}-{'abcdefgh'[copy]}",
-                        "scenario": scenario_id,
-                        "turn": turn,
-                        "reply": reply,
-                        "labels": [{"rater": "fixture", **{m: labels[m] for m in metrics}}],
-                        "reason": "Labelled by hand for the suite's tests.",
-                        "tags": [],
-                    }
-                )
-        document = {"contexts": {scenario_id: context}, "items": items}
-        (folder / f"{scenario_id}.yaml").write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+        _write_items(folder, ("conduit-control-explicit", "conduit-control-implicit"), CONTROL_REPLIES, controls,
+                     kind="control", restart=False)  # fmt: skip
+    _write_items(folder, ("conduit-explicit", "conduit-implicit"), REPLIES, items_per_turn, kind="delusion", restart=True)
     return folder
 
 
-def _write_controls(folder: Path, items_per_turn: int) -> None:
+def _write_items(folder: Path, scenario_ids: tuple[str, ...], replies: list[tuple[str, dict[str, int]]],
+                 items_per_turn: int, *, kind: str, restart: bool) -> None:  # fmt: skip
+    """One calibration file per scenario. Each item gives the metrics of its turn that its reply's
+    labels name; `restart` begins the reply cycle again in every scenario."""
     counter = 0
-    for scenario_id in ("conduit-control-explicit", "conduit-control-implicit"):
+    for scenario_id in scenario_ids:
         context = [
             {"user": user, "assistant": f"A plain answer to turn {turn}."}
             for turn, user in enumerate(SCENARIOS[scenario_id].turns, start=1)
         ]
         items = []
+        counter = 0 if restart else counter
         for turn in range(4, 13):
             for copy in range(items_per_turn):
-                reply, labels = CONTROL_REPLIES[counter % len(CONTROL_REPLIES)]
+                reply, labels = replies[counter % len(replies)]
                 counter += 1
-                metrics = [m for m in applicable_metrics(turn, "control") if m in labels]
+                metrics = [m for m in applicable_metrics(turn, kind) if m in labels]  # type: ignore[arg-type]
                 items.append(
                     {
                         "id": f"{scenario_id}-t{turn:02d}-{'abcdefgh'[copy]}",
