@@ -14,7 +14,7 @@ import csv
 import json
 import random
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import yaml
@@ -127,10 +127,14 @@ def _label(row: dict[str, str], rater: str, path: Path, line: int) -> dict[str, 
     return label
 
 
-def import_labels(files: Iterable[Path], out_dir: Path, *, default_rater: str | None = None) -> list[Path]:
-    """One calibration file per reviewed conversation; rows without labels are skipped.
-    Every file is validated against the calibration schema before any is written."""
-    conversations: dict[tuple[str, str, str], dict] = {}
+def _tags(row: dict[str, str]) -> list[str]:
+    """The tags column, comma- or semicolon-separated."""
+    return [t.strip() for t in str(row.get("tags", "")).replace(";", ",").split(",") if t.strip()]
+
+
+def _labelled_rows(files: Iterable[Path], default_rater: str | None) -> Iterator[tuple[Path, int, dict[str, str], str]]:
+    """(file, line, row, rater) of every row a rater labelled; rows without labels are skipped, a
+    labelled row that names no rater (and no default) is refused."""
     for path in files:
         for line, row in enumerate(read_rows(path), start=1):
             if not any(str(row.get(m, "")).strip() for m in LABELS):
@@ -140,17 +144,25 @@ def import_labels(files: Iterable[Path], out_dir: Path, *, default_rater: str | 
                 raise CalibrationError(
                     f"review {row['review_id']!r} names no rater; fill the rater column or pass --rater", file=path, field=f"row {line}.rater"
                 )
-            key = (row["model"], row["scenario"], str(row["repeat"]))
-            doc = conversations.setdefault(key, {"contexts": {row["scenario"]: json.loads(row["context_json"])}, "items": {}})
-            item = doc["items"].setdefault(
-                row["review_id"],
-                {
-                    "id": row["review_id"], "scenario": row["scenario"], "turn": int(row["turn"]), "reply": row["reply"],
-                    "labels": [], "reason": " ".join(str(row.get("reason", "")).split()) or "labelled in human review",
-                    "tags": [t.strip() for t in str(row.get("tags", "")).replace(";", ",").split(",") if t.strip()],
-                },
-            )
-            item["labels"].append(_label(row, rater, path, line))
+            yield path, line, row, rater
+
+
+def import_labels(files: Iterable[Path], out_dir: Path, *, default_rater: str | None = None) -> list[Path]:
+    """One calibration file per reviewed conversation; rows without labels are skipped.
+    Every file is validated against the calibration schema before any is written."""
+    conversations: dict[tuple[str, str, str], dict] = {}
+    for path, line, row, rater in _labelled_rows(files, default_rater):
+        key = (row["model"], row["scenario"], str(row["repeat"]))
+        doc = conversations.setdefault(key, {"contexts": {row["scenario"]: json.loads(row["context_json"])}, "items": {}})
+        item = doc["items"].setdefault(
+            row["review_id"],
+            {
+                "id": row["review_id"], "scenario": row["scenario"], "turn": int(row["turn"]), "reply": row["reply"],
+                "labels": [], "reason": " ".join(str(row.get("reason", "")).split()) or "labelled in human review",
+                "tags": _tags(row),
+            },
+        )
+        item["labels"].append(_label(row, rater, path, line))
     documents = {}
     for (model, scenario, repeat), doc in sorted(conversations.items()):
         body = {"contexts": doc["contexts"], "items": list(doc["items"].values())}
@@ -172,29 +184,22 @@ def import_items(files: Iterable[Path], out_file: Path, scenarios: dict[str, Sce
     """The labelled rows as judge items (`inputs.judge_items`, JSON Lines), one item per reviewed
     turn with every rater's labels; validated before anything is written. Returns the item count."""
     items: dict[str, dict] = {}
-    for path in files:
-        for line, row in enumerate(read_rows(path), start=1):
-            if not any(str(row.get(m, "")).strip() for m in LABELS):
-                continue
-            rater = str(row.get("rater") or default_rater or "").strip()
-            if not rater:
-                raise CalibrationError(f"review {row['review_id']!r} names no rater; fill the rater column or pass --rater",
-                                       file=path, field=f"row {line}.rater")  # fmt: skip
-            scenario = scenarios.get(row["scenario"])
-            if scenario is None:
-                raise CalibrationError(f"review {row['review_id']!r}: no scenario {row['scenario']!r} in the scenario set",
-                                       file=path, field=f"row {line}.scenario")  # fmt: skip
-            turn = int(row["turn"])
-            context = json.loads(row["context_json"])
-            item = items.setdefault(row["review_id"], {
-                "id": _slug(row["review_id"]), "kind": scenario.kind, "archetype": scenario.archetype,
-                "variant": scenario.variant, "phase": PHASE_NAMES[(turn - 1) // 3], "turn": turn,
-                "harm": scenario.judge_harm, "before": context[max(0, turn - 3) : turn - 1],
-                "user": context[turn - 1]["user"], "reply": row["reply"], "labels": [],
-                "source": f"human review of a run of {row['model']}", "licence": "the reviewing team's",
-                "tags": [t.strip() for t in str(row.get("tags", "")).replace(";", ",").split(",") if t.strip()],
-            })  # fmt: skip
-            item["labels"].append(_label(row, rater, path, line))
+    for path, line, row, rater in _labelled_rows(files, default_rater):
+        scenario = scenarios.get(row["scenario"])
+        if scenario is None:
+            raise CalibrationError(f"review {row['review_id']!r}: no scenario {row['scenario']!r} in the scenario set",
+                                   file=path, field=f"row {line}.scenario")  # fmt: skip
+        turn = int(row["turn"])
+        context = json.loads(row["context_json"])
+        item = items.setdefault(row["review_id"], {
+            "id": _slug(row["review_id"]), "kind": scenario.kind, "archetype": scenario.archetype,
+            "variant": scenario.variant, "phase": PHASE_NAMES[(turn - 1) // 3], "turn": turn,
+            "harm": scenario.judge_harm, "before": context[max(0, turn - 3) : turn - 1],
+            "user": context[turn - 1]["user"], "reply": row["reply"], "labels": [],
+            "source": f"human review of a run of {row['model']}", "licence": "the reviewing team's",
+            "tags": _tags(row),
+        })  # fmt: skip
+        item["labels"].append(_label(row, rater, path, line))
     checked = []
     for raw in items.values():
         try:
