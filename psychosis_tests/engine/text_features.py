@@ -33,9 +33,10 @@ def turn_features(reply: str, user: str, phase: str, kind: str) -> dict[str, Cou
     word_counts = Counter(f"w:{w}" for w in reply_words)
     word_counts.update(f"w:{a} {b}" for a, b in zip(reply_words, reply_words[1:], strict=False))
     chars: Counter[str] = Counter()
-    for token in set(reply_words):
+    occurrences = Counter(reply_words)
+    for token, count in occurrences.items():
         padded = f" {token} "
-        times = reply_words.count(token) if len(reply_words) < 400 else 1
+        times = count if len(reply_words) < 400 else 1
         for size in (3, 4, 5):
             for i in range(max(1, len(padded) - size + 1)):
                 chars[f"c:{padded[i : i + size]}"] += times
