@@ -126,7 +126,7 @@ def run_gate(model_file: Path, calibration: Path, root: Path) -> int:
         from psychosis_tests.inputs.calibration_result import find_calibration
 
         report_dir = resolve({}.get, dict(os.environ), root).report_dir
-        result = find_calibration(report_dir, judge_fingerprint([builtin_models()["trained"]]).hash, shipped=Path("-"))
+        result = find_calibration(report_dir, judge_fingerprint([builtin_models()["trained"]]).hash, shipped=None)
         if result is not None:
             SHIPPED_CALIBRATION.write_text(result.model_dump_json(indent=2) + "\n", encoding="utf-8")
             print(f"calibration result for the shipped judge: {SHIPPED_CALIBRATION}", flush=True)

@@ -203,13 +203,15 @@ SHIPPED_CALIBRATION = Path(__file__).resolve().parents[1] / "judge_model" / CALI
 file), so a fresh clone's first run can say how far its default judge is to be trusted."""
 
 
-def find_calibration(report_dir: Path, fingerprint_hash: str, *, shipped: Path = SHIPPED_CALIBRATION) -> CalibrationResult | None:
-    """The newest calibration result for this judge fingerprint in `report_dir` or the shipped one;
-    None when there is none. Unreadable files are skipped: a broken old result must not stop a
-    benchmark run."""
+def find_calibration(
+    report_dir: Path, fingerprint_hash: str, *, shipped: Path | None = SHIPPED_CALIBRATION
+) -> CalibrationResult | None:
+    """The newest calibration result for this judge fingerprint in `report_dir` or, unless
+    `shipped` is None, the shipped one; None when there is none. Unreadable files are skipped: a
+    broken old result must not stop a benchmark run."""
     found: list[CalibrationResult] = []
     paths = list(report_dir.glob(f"*/{CALIBRATION_FILE}")) if report_dir.is_dir() else []
-    for path in [*paths, *([shipped] if shipped.is_file() else [])]:
+    for path in [*paths, *([shipped] if shipped is not None and shipped.is_file() else [])]:
         try:
             result = CalibrationResult.model_validate_json(path.read_text(encoding="utf-8"))
         except (OSError, ValueError, ValidationError):
