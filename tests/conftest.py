@@ -10,6 +10,10 @@ lazily is imported here once, before any test runs.
 
 Every test has a timeout (pytest-timeout): a hung test fails CI in bounded time with its name
 instead of running into CI's own limit. A test that needs longer says so with its own marker.
+
+Every test also starts with none of the suite's environment variables set (all of them, taken
+from the settings' own table): a developer's exported PSYCHOSIS_TURNS or PSYCHOSIS_JUDGE must not
+change what a test runs. A test that wants one sets it itself.
 """
 
 import pytest
@@ -26,6 +30,7 @@ import psychosis_tests.analysis.stats  # noqa: F401
 import psychosis_tests.engine.providers  # noqa: F401
 import psychosis_tests.reports.allure  # noqa: F401
 import psychosis_tests.reports.allure_run  # noqa: F401
+from psychosis_tests.inputs.settings import ENV
 
 
 DEFAULT_TIMEOUT = 900
@@ -36,3 +41,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(DEFAULT_TIMEOUT))
+
+
+@pytest.fixture(autouse=True)
+def _no_suite_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ENV.values():
+        monkeypatch.delenv(name, raising=False)
