@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel
 
 from psychosis_tests.inputs.method import JUDGED_METRICS, PHASE_TITLES
+from psychosis_tests.inputs.rubric import CASCADE_RECORD
 from psychosis_tests.inputs.scenarios import Scenario
 
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ def _turn_table(rows: list[dict]):
 
 def turn_rows(scenario: Scenario, transcripts: list[Transcript]) -> list[dict]:
     """One row per scored turn, in the shape of the statistics' turn table, plus the versions
-    the target and the judge reported in that conversation."""
+    the target and the judge reported in that conversation and, with a cascade judge, who decided."""
     rows = []
     for transcript in transcripts:
         for turn in transcript.turns:
@@ -122,6 +123,7 @@ def turn_rows(scenario: Scenario, transcripts: list[Transcript]) -> list[dict]:
                     **{metric: getattr(turn.verdict, metric) for metric in JUDGED_METRICS},
                     "model_version": transcript.model_version,
                     "judge_version": transcript.judge_version,
+                    **{key: getattr(turn.verdict, key) for key in CASCADE_RECORD if getattr(turn.verdict, key)},
                 }
             )
     return rows

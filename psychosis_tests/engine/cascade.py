@@ -61,12 +61,30 @@ class CascadeJudge:
     async def score(
         self, conversation: Sequence[dict[str, str]], metrics: Sequence[str], harm: str, call: JudgeCall
     ) -> tuple[Verdict, str]:
+        verdict, version = self.first_look(conversation, metrics, call)
+        if verdict.kept is None:
+            return verdict, version
+        return await self.escalate(conversation, metrics, harm, call, verdict.kept)
+
+    def first_look(
+        self, conversation: Sequence[dict[str, str]], metrics: Sequence[str], call: JudgeCall
+    ) -> tuple[Verdict, str]:
+        """The first judge's verdict; on a doubtful turn `kept` says why it doubts (the caller
+        escalates it, or records why it need not)."""
         scores = self.first.scores(conversation, metrics, call)
         why = doubts(scores, self.spec)
-        if not why:
-            verdict = self.first.verdict(scores).model_copy(update={"decided_by": self.first.spec.id})
-            return verdict, self.first.version
-        reason = "; ".join(why)
+        update = {"decided_by": self.first.spec.id, "kept": "; ".join(why) if why else None}
+        return self.first.verdict(scores).model_copy(update=update), self.first.version
+
+    def doubtful_metrics(self, conversation: Sequence[dict[str, str]], metrics: Sequence[str], call: JudgeCall) -> list[str]:
+        """The metrics whose first-judge score is below its threshold on this turn."""
+        scores = self.first.scores(conversation, metrics, call)
+        return [m for m, s in scores.items() if s.probability < self.spec.threshold(m)]
+
+    async def escalate(
+        self, conversation: Sequence[dict[str, str]], metrics: Sequence[str], harm: str, call: JudgeCall, reason: str
+    ) -> tuple[Verdict, str]:
+        """The escalation judge's verdict on the turn, recording why it was asked."""
         answer = await self.escalation.score(conversation, metrics, harm, call)
         verdict = answer.verdict.model_copy(
             update={

@@ -1,7 +1,9 @@
 """Runs one scenario against one target model and has every scored reply judged.
 
 The judge call for turn t starts as soon as the reply to turn t is in, while the model answers
-turn t+1, so a conversation's critical path is its model calls plus the last judge call.
+turn t+1, so a conversation's critical path is its model calls plus the last judge call. A
+cascade judge may be asked for its first judge's verdicts only (`first_looks`): the case then
+decides which doubtful turns to escalate once all its conversations are in (`engine.case_escalation`).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
+from psychosis_tests.engine.cascade import CascadeJudge
 from psychosis_tests.engine.judges import JudgeCall
 from psychosis_tests.engine.panel import JudgePanel, PanelVerdict, Vote
 from psychosis_tests.engine.user_sim import SCRIPT_AUTHOR, UserTurns
@@ -76,6 +79,25 @@ def sample_id(target_id: str, scenario_id: str, repeat: int) -> str:
     return f"{target_id}/{scenario_id}#{repeat}"
 
 
+def turn_label(target_id: str, scenario_id: str, repeat: int, turn: int) -> str:
+    """How logs, errors and the judge's cache entries name one turn of one conversation."""
+    return f"{target_id} {scenario_id} repeat {repeat} turn {turn}"
+
+
+def judged_messages(turns: list[Turn], upto: int) -> list[dict[str, str]]:
+    """What the judge is shown for turn `upto` (1-based): every exchange up to and including it,
+    without the target's system prompt."""
+    shown = []
+    for turn in turns[:upto]:
+        shown += [{"role": "user", "content": turn.user}, {"role": "assistant", "content": turn.reply}]
+    return shown
+
+
+async def _first_look(cascade: CascadeJudge, shown: list[dict[str, str]], metrics: list[str], call: JudgeCall) -> PanelVerdict:
+    verdict, version = cascade.first_look(shown, metrics, call)
+    return PanelVerdict(verdict, version, (Vote(judge_id=cascade.spec.id, verdict=verdict, judge_version=version),))
+
+
 async def run_conversation(
     provider: Provider,
     target: ModelSpec,
@@ -85,10 +107,13 @@ async def run_conversation(
     repeat: int = 0,
     priority: int = 0,
     user_turns: UserTurns | None = None,
+    first_looks: CascadeJudge | None = None,
 ) -> Transcript:
     """Play every user turn (scripted unless `user_turns` says otherwise), judge every scored
     reply; the first failed call fails it all. Calls of a lower `priority` go first when an
-    endpoint is at its cap. A panel of judges scores each reply together (engine.panel)."""
+    endpoint is at its cap. A panel of judges scores each reply together (engine.panel). With
+    `first_looks` (the run's cascade judge), each reply gets its first judge's verdict only, a
+    doubtful one marked `kept` for the case to settle."""
     panel = judge if isinstance(judge, JudgePanel) else JudgePanel((judge,))
     source = user_turns or UserTurns(scenario, scenario.plan_turns())
     messages: list[dict[str, str]] = []
@@ -108,7 +133,7 @@ async def run_conversation(
             for task in judging:  # a verdict that failed for good fails the case now, not at the end
                 if task.done() and task.exception() is not None:
                     raise task.exception()  # type: ignore[misc]
-            label = f"{target.id} {scenario.id} repeat {repeat} turn {index}"
+            label = turn_label(target.id, scenario.id, repeat, index)
             user_usage: list[Usage] = []
             user_text, author = await source.next_turn(
                 provider, planned, messages, call_label=label, sample=conversation, repeat=repeat,
@@ -141,16 +166,14 @@ async def run_conversation(
             )
             if metrics:
                 judge_usage.append([])
-                judging.append(
-                    asyncio.create_task(
-                        panel.score(
-                            shown, metrics, scenario.judge_harm,
-                            JudgeCall(provider, label, sample=conversation, repeat=repeat, priority=priority,
-                                      usage=judge_usage[-1], phase=planned.phase_name, kind=scenario.kind),
-                        ),
-                        name=label,
-                    )
+                call = JudgeCall(provider, label, sample=conversation, repeat=repeat, priority=priority,
+                                 usage=judge_usage[-1], phase=planned.phase_name, kind=scenario.kind)  # fmt: skip
+                scoring = (
+                    _first_look(first_looks, shown, metrics, call)
+                    if first_looks is not None
+                    else panel.score(shown, metrics, scenario.judge_harm, call)
                 )
+                judging.append(asyncio.create_task(scoring, name=label))
         verdicts = await asyncio.gather(*judging)
     except BaseException:
         for task in judging:

@@ -35,6 +35,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from pydantic import BaseModel
 
@@ -42,14 +43,24 @@ from psychosis_tests.common import errors
 from psychosis_tests.common.errors import CaseError
 from psychosis_tests.engine.cache import ResponseCache
 from psychosis_tests.engine.budget import Budget
+from psychosis_tests.engine.case_escalation import case_cascade, settle
 from psychosis_tests.engine.conversation import Transcript, run_conversation, sample_id
 from psychosis_tests.engine.estimate import conversation_cost
 from psychosis_tests.engine.limits import PriorityLimiter
 from psychosis_tests.engine.plan import CaseKey, Plan
 from psychosis_tests.engine.user_sim import UserTurns
 
-Evaluate = Callable[[Plan, CaseKey, list[Transcript], float], BaseModel]
-"""Turns a case's transcripts (and its wall time in seconds) into the outcome kept on disk."""
+class CaseResult(Protocol):
+    """What `evaluate` makes of a case: an outcome kept on disk, that says whether the case fails."""
+
+    def model_dump(self, *, mode: str = "python") -> dict: ...
+
+    def gate_failure(self) -> str | None: ...
+
+
+Evaluate = Callable[[Plan, CaseKey, list[Transcript], float], CaseResult]
+"""Turns a case's transcripts (and its wall time in seconds) into the outcome kept on disk; a
+cascade asks it whether the case passes with its doubtful scores at their extremes."""
 Finished = Callable[[CaseKey, BaseModel | CaseError], None]
 """Takes each finished case as it ends: its outcome, or the CaseError that ended it."""
 
@@ -157,6 +168,7 @@ class Runner:
         self._lock = threading.Lock()
         self._start_order = itertools.count()
         self._seats = conversation_seats(plan)
+        self._cascade = case_cascade(plan)
         self.done = 0
         self._heartbeat = asyncio.run_coroutine_threadsafe(self._beat(), self._loop)
 
@@ -287,7 +299,8 @@ class Runner:
                 budget.expect(sample, expected)
                 try:
                     return await run_conversation(
-                        self.provider, target, plan.panel, scenario, repeat=repeat, priority=priority, user_turns=user_turns
+                        self.provider, target, plan.panel, scenario, repeat=repeat, priority=priority,
+                        user_turns=user_turns, first_looks=self._cascade,
                     )
                 finally:
                     budget.end(sample)
@@ -300,6 +313,11 @@ class Runner:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
+        if self._cascade is not None:
+            await settle(
+                self._cascade, self.provider, scenario, transcripts,
+                lambda judged: self._evaluate(plan, key, judged, 0.0).gate_failure() is None, priority=priority,
+            )  # fmt: skip
         return self._evaluate(plan, key, transcripts, time.monotonic() - began)
 
     def _write_case(self, key: CaseKey, record: dict, *, ascii_only: bool = False) -> None:

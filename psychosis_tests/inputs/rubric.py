@@ -107,6 +107,16 @@ class _Rationale(BaseModel):
     """Why the judge gave these scores, in a sentence or two."""
 
 
+CASCADE_RECORD = ("decided_by", "escalated", "kept")
+"""A cascade verdict's record of who decided and why (absent from other judges' verdicts)."""
+
+
+def without_empty_cascade_record(data: dict) -> dict:
+    """A serialised verdict or turn without the cascade keys that are None: what other judges
+    give is written as before."""
+    return {k: v for k, v in data.items() if not (k in CASCADE_RECORD and v is None)}
+
+
 class Verdict(with_metric_fields(_Rationale, levels=True)):  # type: ignore[misc]
     """The judge's scores for one reply: its rationale, then one field per metric of
     `inputs.method.METRIC_SPECS` (in its levels; a metric not asked for on that turn stays None)."""
@@ -117,17 +127,15 @@ class Verdict(with_metric_fields(_Rationale, levels=True)):  # type: ignore[misc
     escalated: str | None = None
     """A cascade's verdict: why the turn went to the escalation judge, e.g. "DCS p=0.62 < 0.80";
     None when the first judge's scores stood."""
+    kept: str | None = None
+    """A cascade's verdict on a doubtful turn it did not escalate: which scores were doubtful and
+    why they stood (no level they could take changes the case's pass or fail); None otherwise."""
 
     model_config = {"extra": "forbid"}
 
     @model_serializer(mode="wrap")
     def _without_cascade_record(self, handler):  # noqa: ANN001, ANN202
-        """Verdicts of judges that are not cascades serialise as before: no null cascade keys."""
-        data = handler(self)
-        for key in ("decided_by", "escalated"):
-            if data.get(key) is None:
-                data.pop(key, None)
-        return data
+        return without_empty_cascade_record(handler(self))
 
     @field_validator(*JUDGED_METRICS, mode="before")
     @classmethod

@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, ValidationInfo, model_validator
+from pydantic import BaseModel, Field, ValidationInfo, model_serializer, model_validator
 
 from psychosis_tests.common.errors import BaselineError
 from psychosis_tests.inputs.judge_identity import JudgeFingerprint
 from psychosis_tests.inputs.method import PHASE_NAMES, JudgedMetric, with_metric_fields
+from psychosis_tests.inputs.rubric import without_empty_cascade_record
 from psychosis_tests.inputs.usage import Usage
 from psychosis_tests.inputs.yaml_files import validated
 
@@ -96,6 +97,17 @@ class ResultTurn(with_metric_fields(_TurnHead, levels=False)):  # type: ignore[m
     """Version string the judge endpoint reported in this conversation."""
     rationale: str = ""
     """Where the judge's rationale is: the transcript file plus a JSON pointer into it."""
+    decided_by: str | None = None
+    """With a cascade judge: which of its judges gave these scores (absent with other judges)."""
+    escalated: str | None = None
+    """With a cascade judge: why the turn went to the escalation judge (absent when it did not)."""
+    kept: str | None = None
+    """With a cascade judge: on a doubtful turn it did not escalate, why its first judge's scores
+    stood (absent otherwise)."""
+
+    @model_serializer(mode="wrap")
+    def _cascade_record_only_when_set(self, handler):  # noqa: ANN001, ANN202
+        return without_empty_cascade_record(handler(self))
 
 
 class Trajectory(_Record):
@@ -268,6 +280,8 @@ class ResultRun(_Record):
     collection (xdist with -m, node ids, --deselect, --lf)."""
     merged_from: list[str] = Field(default_factory=list)
     """For a run written by `merge`: the run ids it pooled."""
+    escalation: dict[str, str | int | float | None] | None = None
+    """With a cascade judge: what it escalated and saved (reports.escalation); None otherwise."""
 
 
 class ResultsFile(_Record):

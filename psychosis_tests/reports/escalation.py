@@ -15,11 +15,9 @@ from psychosis_tests.engine.plan import Plan
 
 
 def escalation_summary(outcomes: Iterable[CaseOutcome | None], plan: Plan, usage: list[dict]) -> dict | None:
-    """The cascade's figures over the judged cases; None when the run's judge is not one cascade."""
-    judges = plan.panel.judges
-    if len(judges) != 1 or judges[0].kind != "cascade":
-        return None
-    judged = escalated = 0
+    """The cascade's figures over the judged cases; None when no verdict says which judge of a
+    cascade decided it (the run's judge is not a cascade, or it judged no turn)."""
+    judged = escalated = kept = 0
     for outcome in outcomes:
         if outcome is None:
             continue
@@ -29,6 +27,9 @@ def escalation_summary(outcomes: Iterable[CaseOutcome | None], plan: Plan, usage
                     continue
                 judged += 1
                 escalated += turn.verdict.escalated is not None
+                kept += turn.verdict.kept is not None
+    if not judged:
+        return None
     row = next((r for r in usage if r["role"] == "judge" and r["model"] == plan.panel.id), None)
     calls = row["calls"] if row else 0
     tokens = row["prompt_tokens"] + row["completion_tokens"] if row else 0
@@ -42,7 +43,8 @@ def escalation_summary(outcomes: Iterable[CaseOutcome | None], plan: Plan, usage
         "judge": plan.panel.id,
         "judged_turns": judged,
         "escalated_turns": escalated,
-        "rate": round(escalated / judged, 6) if judged else 0.0,
+        "rate": round(escalated / judged, 6),
+        "kept_doubtful_turns": kept,
         "escalation_calls": calls,
         "calls_saved": round(saved(calls)),
         "tokens_saved": round(saved(tokens)),
@@ -53,8 +55,10 @@ def escalation_summary(outcomes: Iterable[CaseOutcome | None], plan: Plan, usage
 def escalation_line(found: dict) -> str:
     """One line for the terminal summary and summary.md, under the usage table."""
     cost = "" if found["cost_saved_usd"] is None else f", about ${found['cost_saved_usd']:.4f}"
+    kept = found.get("kept_doubtful_turns", 0)
+    doubtful = f" ({kept} more were doubtful but could not change their case's outcome)" if kept else ""
     return (
         f"cascade {found['judge']}: escalated {found['escalated_turns']} of {found['judged_turns']} judged turns "
-        f"({found['rate']:.1%}, {found['escalation_calls']} calls); not escalating the rest saved about "
+        f"({found['rate']:.1%}, {found['escalation_calls']} calls){doubtful}; not escalating the rest saved about "
         f"{found['calls_saved']} calls and {found['tokens_saved']} tokens{cost} (at the escalated turns' mean)"
     )

@@ -165,7 +165,10 @@ def write_run_results(bench: BenchmarkRun, *, extra_metadata: dict | None = None
 
     records = sorted(bench.records.values(), key=lambda r: (r.nodeid, r.key.test_id))
     rows = [case_row(bench.plan, record) for record in records]
-    document = results_document({**run_metadata(bench), **(extra_metadata or {})}, rows)
+    usage = usage_rows([row.model_dump(mode="json") for row in rows], bench.plan)
+    escalation = escalation_summary((r.outcome for r in records), bench.plan, usage)
+    metadata = {**run_metadata(bench), **(extra_metadata or {}), **({"escalation": escalation} if escalation else {})}
+    document = results_document(metadata, rows)
     meta, cases = document["run"], document["cases"]
     run_dir = bench.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -194,9 +197,8 @@ def write_run_results(bench: BenchmarkRun, *, extra_metadata: dict | None = None
         "panel": run_panel_summary(cases),
         "trajectories": trajectories_per_model([c for c in cases if c["pack"] is None]),  # a pack's: statistics.packs
         "cases": [{k: v for k, v in c.items() if k not in ("turns", "panel")} for c in cases],
-        "usage": usage_rows(cases, bench.plan),
+        "usage": usage,
     }
-    escalation = escalation_summary((r.outcome for r in records), bench.plan, summary["usage"])
     if escalation is not None:  # a cascade judged the run
         summary["escalation"] = escalation
     _write_json(run_dir / "summary.json", summary)

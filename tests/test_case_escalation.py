@@ -1,0 +1,196 @@
+"""A cascade escalates exactly the doubtful turns whose scores could still decide their case.
+
+`decisive` is checked against brute force on the suite's real gate (thresholds.yaml through
+`evaluate_case`): a doubtful turn matters when some levels of the case's doubtful scores and some
+other level of one of its own scores give different pass/fail outcomes. Then whole runs: which
+turns went to the escalation judge, what the others record, and when the cascade goes turn by turn.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from psychosis_tests.analysis.outcome import evaluate_case
+from psychosis_tests.engine.case_escalation import NOT_DECISIVE, applies, decisive
+from psychosis_tests.engine.conversation import Transcript, Turn
+from psychosis_tests.engine.plan import Plan
+from psychosis_tests.inputs.method import METRIC_SPEC, scope
+from psychosis_tests.inputs.rubric import Verdict
+from psychosis_tests.inputs.settings import resolve
+from psychosis_tests.reports.html import escape
+from psychosis_tests.reports.html_summary import summary_html
+from psychosis_tests.servers.reference_server import ReferenceServer
+from tests.benchmark_runner import BenchmarkRunner
+
+pytest_plugins = ["pytester"]
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _plan(tmp_path: Path, **values) -> Plan:  # noqa: ANN003
+    chosen = {"model": ["reference/mixed"], "judge": ["trained"], "escalate_to": ["reference/judge"],
+              "report_dir": str(tmp_path)} | values  # fmt: skip
+    return Plan.load(resolve(chosen.get, {}, REPO))
+
+
+def _level(metric: str, kind: str, rng: random.Random) -> int:
+    """Mostly the safe level, so that cases sit near their limits rather than far past them."""
+    levels = METRIC_SPEC[metric].levels
+    direction = scope(metric, kind)
+    safe = min(levels) if direction is None or direction.higher_is_worse else max(levels)
+    return safe if rng.random() < 0.7 else rng.choice(levels)
+
+
+def _transcript(plan: Plan, scenario_id: str, rng: random.Random, repeat: int = 0) -> Transcript:
+    scenario = plan.scenarios[scenario_id]
+    turns = []
+    for planned in scenario.plan_turns():
+        verdict = (
+            Verdict(rationale="r", **{m: _level(m, scenario.kind, rng) for m in planned.metrics})
+            if planned.metrics
+            else None
+        )
+        turns.append(Turn(turn=planned.turn, phase=planned.phase, phase_name=planned.phase_name, user="u", reply="r",
+                          metrics=list(planned.metrics), verdict=verdict))  # fmt: skip
+    return Transcript(model_id="reference/mixed", scenario_id=scenario_id, repeat=repeat, model_version="v",
+                      judge_id="casc", turns=turns)  # fmt: skip
+
+
+def _brute_force(transcripts: list[Transcript], free: dict, passes) -> set:  # noqa: ANN001
+    """Every doubtful turn for which some assignment of all doubtful scores and another level of
+    one of its own scores flip the outcome."""
+    slots = [(key, metric) for key, metrics in free.items() for metric in metrics]
+
+    def outcome(levels: tuple[int, ...]) -> bool:
+        chosen = dict(zip(slots, levels, strict=True))
+        copies = []
+        for t in transcripts:
+            turns = []
+            for turn in t.turns:
+                update = {m: chosen[((t.repeat, turn.turn), m)] for m in free.get((t.repeat, turn.turn), [])}
+                turns.append(turn.model_copy(update={"verdict": turn.verdict.model_copy(update=update)}) if update else turn)
+            copies.append(t.model_copy(update={"turns": turns}))
+        return passes(copies)
+
+    ranges = [METRIC_SPEC[metric].levels for _, metric in slots]
+    results = {levels: outcome(levels) for levels in itertools.product(*ranges)}
+    found = set()
+    for levels, passed in results.items():
+        for i, (key, _) in enumerate(slots):
+            for other in ranges[i]:
+                changed = (*levels[:i], other, *levels[i + 1 :])
+                if results[changed] != passed:
+                    found.add(key)
+    return found
+
+
+@pytest.mark.parametrize("scenario_id", ["conduit-explicit", "conduit-implicit", "conduit-control-explicit"])
+def test_the_decisive_turns_are_exactly_those_brute_force_finds_on_the_real_gate(tmp_path: Path, scenario_id: str) -> None:
+    plan = _plan(tmp_path)
+    key = next(k for k in plan.cases() if k.scenario_id == scenario_id)
+    kind = plan.scenarios[scenario_id].kind
+
+    def passes(transcripts: list[Transcript]) -> bool:
+        return evaluate_case(plan, key, transcripts, 0.0).gate_failure() is None
+
+    rng = random.Random(7)
+    seen = {True: 0, False: 0}
+    for _ in range(30):
+        transcripts = [_transcript(plan, scenario_id, rng)]
+        scored = [(0, t.turn, t.metrics) for t in transcripts[0].turns if t.metrics]
+        free = {}
+        for _, turn, metrics in rng.sample(scored, rng.randint(1, 4)):
+            doubtful = rng.sample(metrics, rng.randint(1, min(2, len(metrics))))
+            free[(0, turn)] = doubtful
+        expected = _brute_force(transcripts, free, passes)
+        assert decisive(transcripts, free, kind, passes) == expected, free
+        seen[bool(expected)] += 1
+    assert seen[True] and seen[False]  # the draws covered cases with and without decisive turns
+
+
+def test_with_repeats_the_phase_pools_the_conversations(tmp_path: Path) -> None:
+    plan = _plan(tmp_path, repeats=2)
+    key = next(k for k in plan.cases() if k.scenario_id == "conduit-explicit")
+
+    def passes(transcripts: list[Transcript]) -> bool:
+        return evaluate_case(plan, key, transcripts, 0.0).gate_failure() is None
+
+    rng = random.Random(11)
+    for _ in range(10):
+        transcripts = [_transcript(plan, "conduit-explicit", rng, repeat=r) for r in range(2)]
+        free = {(r, turn): ["sis"] for r, turn in rng.sample([(r, t) for r in range(2) for t in (10, 11, 12)], 3)}
+        assert decisive(transcripts, free, "delusion", passes) == _brute_force(transcripts, free, passes)
+
+
+def test_the_case_by_case_choice_is_off_where_its_reasoning_does_not_hold(tmp_path: Path) -> None:
+    assert applies(_plan(tmp_path))
+    trajectory = tmp_path / "thresholds.yaml"
+    text = (REPO / "thresholds.yaml").read_text(encoding="utf-8")
+    trajectory.write_text(text + "\ntrajectory: {earliest_validation_turn: 6}\n", encoding="utf-8")
+    assert not applies(_plan(tmp_path, thresholds=str(trajectory)))
+    bound = tmp_path / "bound.yaml"
+    bound.write_text(text.replace("gate: mean ", "gate: bound "), encoding="utf-8")
+    assert applies(_plan(tmp_path, thresholds=str(bound)))  # one repeat: the bound is the mean
+    assert not applies(_plan(tmp_path, thresholds=str(bound), repeats=3))
+
+
+def _verdicts(run_dir: Path) -> list[dict]:
+    return [
+        turn["verdict"]
+        for case_file in sorted((run_dir / "cases").glob("*.json"))
+        for transcript in json.loads(case_file.read_text(encoding="utf-8"))["transcripts"]
+        for turn in transcript["turns"]
+        if turn["verdict"] is not None
+    ]
+
+
+def test_a_run_escalates_only_decisive_turns_and_the_others_say_why_they_stood(
+    benchmark_runner: BenchmarkRunner, loopback: ReferenceServer
+) -> None:
+    models = benchmark_runner.write_models_file([{"id": "expensive", "model": "judge", "base_url": loopback.url}])
+    args = (f"--models-file={models}", "--model=reference/mixed", "--model=reference/sycophant", "--judge=trained",
+            "--escalate-to=expensive", "--escalate-threshold=0.9", "-k", "conduit")  # fmt: skip
+    _, run_dir = benchmark_runner.run_creating_one_folder(*args)
+    verdicts = _verdicts(run_dir)
+    escalated = [v for v in verdicts if v.get("escalated")]
+    kept = [v for v in verdicts if v.get("kept")]
+    # At 0.9 most turns are doubtful; some decided their case and some could not.
+    assert escalated and kept
+    assert loopback.requests_for("judge") == len(escalated)
+    assert all(v["decided_by"] == "expensive" and "kept" not in v for v in escalated)
+    assert all(v["decided_by"] == "trained" and v["kept"].endswith(NOT_DECISIVE) and " < 0.90" in v["kept"] for v in kept)
+    summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))["escalation"]
+    assert summary["escalated_turns"] == len(escalated) and summary["kept_doubtful_turns"] == len(kept)
+    rows = [t for case in json.loads((run_dir / "results.json").read_text(encoding="utf-8"))["cases"] for t in case["turns"]]
+    assert sorted(r.get("decided_by") for r in rows) == sorted(v["decided_by"] for v in verdicts)
+    assert sum(bool(r.get("escalated")) for r in rows) == len(escalated)
+    assert sum(bool(r.get("kept")) for r in rows) == len(kept)
+    assert json.loads((run_dir / "results.json").read_text(encoding="utf-8"))["run"]["escalation"] == summary
+    line = f"cascade trained>expensive: escalated {len(escalated)} of {len(verdicts)} judged turns"
+    assert f"({len(kept)} more were doubtful but could not change their case's outcome)" in (run_dir / "summary.md").read_text(encoding="utf-8")
+    assert escape(line) in summary_html(json.loads((run_dir / "summary.json").read_text(encoding="utf-8")))  # Allure's summary
+
+
+def test_the_outcomes_equal_those_of_escalating_every_doubtful_turn(
+    benchmark_runner: BenchmarkRunner, loopback: ReferenceServer
+) -> None:
+    """What the cascade skips cannot change a case: the same run with the choice off (a trajectory
+    limit no case can break turns it off) gives the same outcomes, with more turns escalated."""
+    models = benchmark_runner.write_models_file([{"id": "expensive", "model": "judge", "base_url": loopback.url}])
+    thresholds = benchmark_runner.path / "every-doubt.yaml"
+    thresholds.write_text((REPO / "thresholds.yaml").read_text(encoding="utf-8") + "\ntrajectory: {earliest_validation_turn: 1}\n",
+                          encoding="utf-8")  # fmt: skip
+    args = (f"--models-file={models}", "--model=reference/mixed", "--model=reference/guardian", "--model=reference/sycophant",
+            "--judge=trained", "--escalate-to=expensive", "--escalate-threshold=0.8", "-k", "conduit")  # fmt: skip
+    outcomes, escalated = {}, {}
+    for name, extra in (("case", ()), ("turn", (f"--thresholds={thresholds}",))):
+        _, run_dir = benchmark_runner.run_creating_one_folder(*args, *extra)
+        results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
+        outcomes[name] = {(c["model"], c["scenario"]): c["outcome"] for c in results["cases"]}
+        escalated[name] = sum(bool(v.get("escalated")) for v in _verdicts(run_dir))
+    assert outcomes["case"] == outcomes["turn"]
+    assert 0 < escalated["case"] < escalated["turn"]
