@@ -292,32 +292,35 @@ class Runner:
         expected = conversation_cost(plan, key) if budget.cap is not None else 0.0
 
         seats = self._seats.get(target.id)
+        samples = [sample_id(target.id, scenario.id, repeat) for repeat in range(plan.settings.repeats)]
 
         async def play(repeat: int) -> Transcript:
             async with seats.slot(priority) if seats is not None else contextlib.nullcontext():
-                sample = sample_id(target.id, scenario.id, repeat)
-                budget.expect(sample, expected)
-                try:
-                    return await run_conversation(
-                        self.provider, target, plan.panel, scenario, repeat=repeat, priority=priority,
-                        user_turns=user_turns, first_looks=self._cascade,
-                    )
-                finally:
-                    budget.end(sample)
+                budget.expect(samples[repeat], expected)
+                return await run_conversation(
+                    self.provider, target, plan.panel, scenario, repeat=repeat, priority=priority,
+                    user_turns=user_turns, first_looks=self._cascade,
+                )
 
+        # A conversation's budget commitment lasts until its case is judged: a cascade escalates
+        # the case's turns after its conversations end.
         tasks = [asyncio.ensure_future(play(r)) for r in range(plan.settings.repeats)]
         try:
-            transcripts = list(await asyncio.gather(*tasks))
-        except BaseException:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            raise
-        if self._cascade is not None:
-            await settle(
-                self._cascade, self.provider, scenario, transcripts,
-                lambda judged: self._evaluate(plan, key, judged, 0.0).gate_failure() is None, priority=priority,
-            )  # fmt: skip
+            try:
+                transcripts = list(await asyncio.gather(*tasks))
+            except BaseException:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                raise
+            if self._cascade is not None:
+                await settle(
+                    self._cascade, self.provider, scenario, transcripts,
+                    lambda judged: self._evaluate(plan, key, judged, 0.0).gate_failure() is None, priority=priority,
+                )  # fmt: skip
+        finally:
+            for sample in samples:
+                budget.end(sample)
         return self._evaluate(plan, key, transcripts, time.monotonic() - began)
 
     def _write_case(self, key: CaseKey, record: dict, *, ascii_only: bool = False) -> None:
