@@ -157,8 +157,11 @@ def test_a_priced_user_model_is_costed_and_spends_the_budget(benchmark_runner: B
 # -- --estimate -------------------------------------------------------------------------------
 @pytest.mark.parametrize(("mode", "user_calls"), [("adaptive", 24), ("scripted", 12)])
 def test_estimate_plans_the_runs_turns_and_the_user_models_calls(benchmark_runner: BenchmarkRunner, mode: str, user_calls: int) -> None:
-    result = benchmark_runner.run("--model", "reference/guardian", "--judge", "reference/judge", "--user-model",
-                                  "reference/patient", "--user-mode", mode, "--turns", "24", "-k", "conduit-explicit", "--estimate")
+    # The cue-list judge asked over HTTP (kind chat): the built-in one scores in-process and makes no call to count.
+    models = benchmark_runner.write_models_file([{"id": "reference/judge", "model": "judge"}])
+    result = benchmark_runner.run(f"--models-file={models}", "--model", "reference/guardian", "--judge", "reference/judge",
+                                  "--user-model", "reference/patient", "--user-mode", mode, "--turns", "24", "-k",
+                                  "conduit-explicit", "--estimate")  # fmt: skip
     assert result.ret == pytest.ExitCode.OK
     rows = _estimate_rows(result)
     assert set(rows) == {("reference/guardian", "target"), ("reference/judge", "judge"), ("reference/patient", "user")}

@@ -117,7 +117,10 @@ def test_a_panel_calibrates_and_reports_its_judges_agreement(tmp_path: Path, fix
 
 def test_judge_repeats_use_distinct_cached_answers_and_report_self_consistency(tmp_path: Path, fixture_set: Path) -> None:
     cache = tmp_path / "the cache.sqlite3"
-    args = ["--judge", "reference/judge", "--calibration", str(fixture_set), "--cache-path", str(cache), *FEW_RESAMPLES]
+    models = tmp_path / "models.yaml"  # the cue-list judge asked over HTTP (kind chat): the built-in needs no cache
+    models.write_text("models:\n  - {id: reference/judge, model: judge}\n", encoding="utf-8")
+    args = ["--judge", "reference/judge", "--models-file", str(models), "--calibration", str(fixture_set),
+            "--cache-path", str(cache), *FEW_RESAMPLES]  # fmt: skip
     done = _calibrate(tmp_path, *args, "--judge-repeats", "3")
     assert done.returncode == 0, done.stdout + done.stderr
     result = _result(tmp_path)
@@ -262,7 +265,7 @@ def test_control_items_are_judged_with_occ_exactly_as_a_benchmark_control_turn(f
     from psychosis_tests.engine.panel import JudgePanel
     from psychosis_tests.engine.providers import Completion, Provider
     from psychosis_tests.inputs.calibration import load_calibration
-    from psychosis_tests.inputs.models import builtin_models
+    from psychosis_tests.inputs.models import ModelSpec
     from psychosis_tests.inputs.rubric import CONTROL_RUBRIC, build_judge_messages, read_judge_request
     from psychosis_tests.inputs.scenarios import load_scenarios
     from psychosis_tests.servers.reference_judge import score_reply
@@ -280,7 +283,8 @@ def test_control_items_are_judged_with_occ_exactly_as_a_benchmark_control_turn(f
     items = [i for i in load_calibration(fixture_set, scenarios).items if i.id in (
         "conduit-control-implicit-t05-a", "conduit-control-explicit-t08-a", "conduit-explicit-t08-a")]
     provider = Recording(cache=None, cache_mode="off")
-    judged = asyncio.run(judge_items(provider, JudgePanel((builtin_models()["reference/judge"],)), items))
+    chat_judge = ModelSpec(id="reference/judge", model="judge")  # kind chat: its requests are recorded
+    judged = asyncio.run(judge_items(provider, JudgePanel((chat_judge,)), items))
     assert len(items) == len(provider.requests) == 3
     for item, judgement in zip(items, judged, strict=True):
         scenario = scenarios[item.scenario.id]

@@ -143,7 +143,7 @@ def test_the_fingerprint_covers_both_judges_and_the_thresholds(tmp_path: Path) -
         ("{id: c, kind: cascade, first: trained, escalate_to: reference/judge, thresholds: {sis: -0.1}}",
          "models.0.thresholds.sis: Input should be greater than or equal to 0"),
         ("{id: c, kind: cascade, first: reference/judge, escalate_to: reference/judge}",
-         "cascade 'c': its first judge 'reference/judge' is kind chat; it must give a probability per score"),
+         "cascade 'c': its first judge 'reference/judge' is kind reference; it must give a probability per score"),
         ("{id: c, kind: cascade, first: trained}", "a cascade needs first"),
         ("{id: c, model: m, base_url: 'http://127.0.0.1:1/v1', thresholds: {dcs: 0.5}}", "thresholds: for kind: cascade"),
     ],
@@ -204,7 +204,9 @@ def test_the_gold_judge_answers_gold_labels_and_refuses_a_reply_it_does_not_know
 
 
 def test_estimate_counts_the_escalation_judges_calls_on_the_escalation_rate(tmp_path: Path) -> None:
-    entry = ("  - {id: casc, kind: cascade, first: trained, escalate_to: reference/judge, escalation_rate: 0.25}\n"
+    # reference/judge asked over HTTP (kind chat): the built-in one scores in-process and makes no call to count.
+    entry = ("  - {id: reference/judge, model: judge}\n"
+             "  - {id: casc, kind: cascade, first: trained, escalate_to: reference/judge, escalation_rate: 0.25}\n"
              "  - {id: casc-unmeasured, kind: cascade, first: trained, escalate_to: reference/judge}\n")  # fmt: skip
     models = _models(tmp_path, entry)
 

@@ -44,8 +44,10 @@ def test_cost_prices_prompt_cached_and_completion_tokens_apart() -> None:
 
 
 def test_estimate_is_within_25_percent_of_what_the_run_reports(benchmark_runner: BenchmarkRunner) -> None:
+    # The cue-list judge asked over HTTP (kind chat): the built-in one scores in-process, with no tokens to estimate.
+    models = benchmark_runner.write_models_file([{"id": "reference/judge", "model": "judge"}])
     selection = ("--model", "reference/keyword-guard", "--model", "reference/sycophant", "--judge", "reference/judge",
-                 "-k", "(conduit or medical or sweetheart) and not control")
+                 f"--models-file={models}", "-k", "(conduit or medical or sweetheart) and not control")
     estimated = benchmark_runner.run("-rA", *selection, "--estimate")
     assert estimated.ret == pytest.ExitCode.OK
     assert not benchmark_runner.report_dir.exists()  # nothing ran, no run folder
@@ -169,7 +171,10 @@ def test_estimate_ends_cleanly_with_or_without_workers(benchmark_runner: Benchma
     for workers in ([], ["-n", "2"]):
         result = benchmark_runner.run("-rA", "--model", "reference/guardian", "-k", "conduit-explicit", "--estimate", *workers)
         assert result.ret == pytest.ExitCode.OK
-        result.stdout.fnmatch_lines(["psychosis-bench estimate: 1 case(s), 1 conversation(s), no model called", "total: 21 calls, *"])
+        result.stdout.fnmatch_lines(["psychosis-bench estimate: 1 case(s), 1 conversation(s), no model called",
+                                     "reference/guardian * target * 12 *",
+                                     "reference/judge * judge * 0 * 0 * 0 *",  # in-process: no call, no token
+                                     "total: 12 calls, *"])
         output = result.stdout.str() + result.stderr.str()
         assert "Exit" not in output and "!!!" not in output and "Traceback" not in output, output
         assert "passed" not in output and "error" not in output.lower()

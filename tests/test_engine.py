@@ -307,12 +307,15 @@ def test_runner_replays_a_recorded_run_without_any_server_and_off_keeps_no_cache
     scenarios.mkdir()
     shutil.copy(REPO / "scenarios" / "conduit-implicit.yaml", scenarios)
 
+    models = tmp_path / "models.yaml"  # the cue-list judge asked over HTTP (kind chat), so its answers are cached too
+    models.write_text("models:\n  - {id: reference/judge, model: judge}\n", encoding="utf-8")
+
     def run(mode: str, cache_path: Path) -> tuple[Runner, Any]:
         settings = RunSettings(
             targets=["reference/keyword-guard"],
             judges=["reference/judge"],
-            models_file=tmp_path / "absent.yaml",
-            models_file_given=False,
+            models_file=models,
+            models_file_given=True,
             scenarios=scenarios,
             thresholds=REPO / "thresholds.yaml",
             report_dir=tmp_path / "reports",

@@ -1,9 +1,10 @@
 """The judge interface: every kind of judge scores one reply through `Judge.score`.
 
 A judge kind is one class here and one value of the models file's `kind` (`JUDGE_KINDS`): the
-chat-endpoint judge (`engine.judge`: a prompt, a provider call, a parsed and re-asked verdict) and
-the trained judge (`engine.trained_judge`: a classifier run in-process, no call, no tokens). A
-panel (`engine.panel`) combines any of them; a cascade (`engine.cascade`) puts a trained judge
+chat-endpoint judge (`engine.judge`: a prompt, a provider call, a parsed and re-asked verdict),
+the trained judge (`engine.trained_judge`: a classifier run in-process, no call, no tokens) and
+the suite's cue-list reference judges (`servers.reference_judge`, `servers.reference_gold`: also
+in-process). A panel (`engine.panel`) combines any of them; a cascade (`engine.cascade`) puts a trained judge
 before a judge or panel, so `engine.panel.judge_of` builds it (it holds a panel). What rides
 along with one judging, the provider, the labels for logs and cache and the turn's phase and
 conversation kind, is one `JudgeCall`.
@@ -20,6 +21,10 @@ from psychosis_tests.engine.judge import judge_reply
 from psychosis_tests.engine.trained_judge import Score, TrainedJudgeModel
 from psychosis_tests.inputs.method import PHASE_NAMES, ScenarioKind
 from psychosis_tests.inputs.rubric import Verdict
+from psychosis_tests.servers.reference_chat import GOLD_JUDGE
+from psychosis_tests.servers.reference_gold import NoGoldLabel, gold_verdict
+from psychosis_tests.servers.reference_judge import score_reply
+from psychosis_tests.servers.reference_models import SYSTEM_FINGERPRINT, model_version
 
 if TYPE_CHECKING:
     from psychosis_tests.engine.providers import Provider
@@ -114,7 +119,41 @@ class TrainedJudge:
         return self.verdict(self.scores(conversation, metrics, call)), self.version
 
 
-JUDGE_KINDS: dict[str, type] = {"chat": ChatJudge, "trained": TrainedJudge}
+@dataclass(frozen=True)
+class ReferenceJudge:
+    """A reference judge (`spec.model`: judge, judge-strict, judge-lenient, judge-always-validating
+    or judge-gold) called directly: no prompt, no HTTP request, no prompt parsed back, no tokens.
+
+    Its verdicts and version strings are those the reference server answers for the same model
+    name (tests/test_reference_judge_kind.py pins them), so a run's results and its judge's
+    fingerprint do not depend on the path. The server still answers these judges: a models-file
+    entry of kind chat naming one (`{id: reference/judge, model: judge}`) is asked over HTTP, as
+    the suite's tests of the chat-judge wire do."""
+
+    spec: ModelSpec
+
+    @property
+    def version(self) -> str:
+        """As the chat judge reads it from the server's answer: its model, then its fingerprint."""
+        return f"{model_version(self.spec.model)} ({SYSTEM_FINGERPRINT})"
+
+    async def score(
+        self, conversation: Sequence[dict[str, str]], metrics: Sequence[str], harm: str, call: JudgeCall
+    ) -> tuple[Verdict, str]:
+        if not metrics:
+            raise CaseError(f"{call.call_label}: the judge {self.spec.id!r} was asked for no metric")
+        reply = conversation[-1].get("content", "") if conversation else ""
+        if self.spec.model == GOLD_JUDGE:
+            try:
+                answer = gold_verdict(reply, metrics)
+            except NoGoldLabel as exc:
+                raise CaseError(f"{call.call_label}: the judge {self.spec.id!r} gave no verdict: {exc}") from None
+        else:
+            answer = score_reply(reply, metrics, self.spec.model)
+        return Verdict.model_validate(answer), self.version
+
+
+JUDGE_KINDS: dict[str, type] = {"chat": ChatJudge, "trained": TrainedJudge, "reference": ReferenceJudge}
 """The models file's `kind` -> the class that judges for it (a cascade, made of other judges, is
 built by `engine.panel.judge_of`)."""
 

@@ -81,8 +81,11 @@ class Plan:
         if settings.user_model:
             (user_model,) = select(registry, [settings.user_model], models_file=settings.models_file)
         for spec in (*targets, *([user_model] if user_model else [])):
+            role = "target" if spec in targets else "user model"
+            if spec.in_process:
+                raise ModelsFileError(f"model {spec.id!r} is a judge of kind {spec.kind} (it scores replies in-process) "
+                                      f"but is named as a {role}: name a model that answers", file=settings.models_file)  # fmt: skip
             if spec.batch:
-                role = "target" if spec in targets else "user model"
                 raise ModelsFileError(
                     f"model {spec.id!r} has batch: true but is named as a {role}: only judges may be batched"
                     " (a judge's verdict never feeds the conversation; a reply does)",

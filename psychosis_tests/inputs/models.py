@@ -26,6 +26,9 @@ REFERENCE_MODELS = (
 # Variant reference judges, for judge panels and the calibration gate's own tests; judge-gold
 # answers the calibration set's gold labels (a cascade's best case: docs/reference-models.md).
 REFERENCE_JUDGE_VARIANTS = ("judge-strict", "judge-lenient", "judge-always-validating", "judge-gold")
+REFERENCE_JUDGES = ("judge", *REFERENCE_JUDGE_VARIANTS)
+"""The cue-list reference judges: built in as kind reference (scored in-process); a models-file
+entry of kind chat naming one (`{id: reference/judge, model: judge}`) is asked over HTTP instead."""
 # Fault-injecting reference models, for the suite's own tests of error handling.
 REFERENCE_FAULT_MODELS = ("fail-500", "auth-fail", "flaky", "judge-garbage", "patient-breaks-role")
 # Reference judges whose every answer is faulty in one way (servers.reference_server says how);
@@ -44,10 +47,11 @@ LOCAL_ID = "local"
 TRAINED_ID = "trained"
 TRAINED_MODEL_FILE = Path(__file__).resolve().parents[1] / "judge_model" / "trained-judge.npz"
 """The trained judge shipped with the suite (`python -m psychosis_tests train-judge` rebuilds it)."""
-JudgeKind = Literal["chat", "trained", "cascade"]
-"""How a model is reached: an OpenAI-compatible chat endpoint, a classifier run in-process
-(judges only), or a cascade of two judges (judges only). `engine.judges.JUDGE_KINDS` maps the
-first two kinds to their implementation, `engine.panel.judge_of` builds a cascade."""
+JudgeKind = Literal["chat", "trained", "reference", "cascade"]
+"""How a model is reached: an OpenAI-compatible chat endpoint, a classifier run in-process, the
+suite's cue-list reference judges run in-process, or a cascade of two judges (all but chat are
+judges only). `engine.judges.JUDGE_KINDS` maps the first three kinds to their implementation,
+`engine.panel.judge_of` builds a cascade."""
 Probability = Annotated[float, Field(ge=0, le=1)]
 DEFAULT_ESCALATION_THRESHOLDS: dict[str, float] = {"dcs": 0.6, "hes": 0.6, "sis": 0.6, "occ": 0.6}
 """A cascade's threshold for a metric it does not set: one round probability for all, deliberately
@@ -164,7 +168,8 @@ class ModelSpec(BaseModel):
     """Typical reply length in tokens, for --estimate; None: the role's max_tokens, else a default."""
     kind: JudgeKind = "chat"
     """chat: reached through base_url or served by the suite; trained: a trained judge run
-    in-process from `model_file` (judges only)."""
+    in-process from `model_file`; reference: a cue-list reference judge (`model` names which) run
+    in-process (judges only)."""
     model_file: Path | None = None
     """kind trained: the model file; None is the one shipped with the suite."""
     first: str | None = None
@@ -208,6 +213,12 @@ class ModelSpec(BaseModel):
         if self.kind == "trained":
             if self.base_url or self.serve_local:
                 raise ValueError("a trained judge runs in-process: give it model_file, not base_url or serve_local")
+            return self
+        if self.kind == "reference":
+            if self.base_url or self.serve_local or self.model_file:
+                raise ValueError("a reference judge runs in-process: give it model only, not base_url, serve_local or model_file")
+            if self.model not in REFERENCE_JUDGES:
+                raise ValueError(f"kind reference: model must be one of {', '.join(REFERENCE_JUDGES)}, got {self.model!r}")
             return self
         if self.model_file is not None:
             raise ValueError("model_file is for kind: trained")
@@ -311,6 +322,7 @@ def builtin_models() -> dict[str, ModelSpec]:
         specs[model_id] = ModelSpec(
             id=model_id,
             model=name,
+            kind="reference" if name in REFERENCE_JUDGES else "chat",
             max_concurrency=64,
             params=GenerationParams(seed=0),
             max_retries=2,
