@@ -49,12 +49,10 @@ Free = dict[tuple[int, int], list[str]]
 
 def case_cascade(plan: Plan) -> CascadeJudge | None:
     """The run's judge when it is one cascade whose turns are settled case by case (`applies`)."""
-    judges = plan.panel.judges
-    if len(judges) != 1 or judges[0].kind != "cascade" or not applies(plan):
+    scorers = plan.panel.scorers
+    if len(scorers) != 1 or not isinstance(scorers[0], CascadeJudge) or not applies(plan):
         return None
-    cascade = plan.panel.scorers[0]
-    assert isinstance(cascade, CascadeJudge)
-    return cascade
+    return scorers[0]
 
 
 def applies(plan: Plan) -> bool:
