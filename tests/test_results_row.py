@@ -20,7 +20,7 @@ pytest_plugins = ["pytester"]
 
 PINNED = Path(__file__).parent / "pinned" / "results-row-sycophant-conduit-explicit.json"
 """The row of reference/sycophant on conduit-explicit judged by reference/judge (one repeat, seed
-as configured): what the reference models, the scoring and the row builder give today. A change
+as configured; the judge scores in-process, so its usage is 0 calls): what the reference models, the scoring and the row builder give today. A change
 to any of them that alters the row shows here; if it is meant, write the new row into the file."""
 TWO_CASES = ["--model", "reference/sycophant", "--model", "reference/guardian", "--judge", "reference/judge", "-k", "conduit-explicit"]
 
