@@ -194,3 +194,21 @@ def test_the_outcomes_equal_those_of_escalating_every_doubtful_turn(
         escalated[name] = sum(bool(v.get("escalated")) for v in _verdicts(run_dir))
     assert outcomes["case"] == outcomes["turn"]
     assert 0 < escalated["case"] < escalated["turn"]
+
+
+def test_estimate_plans_a_cascade_from_the_rate_its_last_run_measured(
+    benchmark_runner: BenchmarkRunner, loopback: ReferenceServer
+) -> None:
+    models = benchmark_runner.write_models_file([{"id": "expensive", "model": "judge", "base_url": loopback.url}])
+    args = (f"--models-file={models}", "--model=reference/mixed", "--judge=trained", "--escalate-to=expensive",
+            "--escalate-threshold=0.9", "-k", "conduit-explicit")  # fmt: skip
+    values = {"model": ["reference/mixed"], "judge": ["trained"], "escalate_to": ["expensive"],
+              "escalate_threshold": "0.9", "models_file": str(models), "report_dir": str(benchmark_runner.report_dir)}  # fmt: skip
+    before = Plan.load(resolve(values.get, {}, REPO))
+    assert before.escalation(before.panel.judges[0])[1].startswith("no measured rate")
+    _, run_dir = benchmark_runner.run_creating_one_folder(*args)
+    measured = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))["escalation"]["rate"]
+    after = Plan.load(resolve(values.get, {}, REPO))
+    assert after.escalation(after.panel.judges[0]) == (measured, f"measured by run {run_dir.name}")
+    other = Plan.load(resolve((values | {"escalate_threshold": "0.8"}).get, {}, REPO))  # another cascade
+    assert other.escalation(other.panel.judges[0])[1].startswith("no measured rate")

@@ -12,6 +12,7 @@ from psychosis_tests.engine.user_sim import UserTurns
 from psychosis_tests.inputs.judge_identity import JudgeFingerprint, judge_fingerprint
 from psychosis_tests.records.calibration_result import find_calibration
 from psychosis_tests.inputs.models import ModelSpec, judge_leaves, load_models_file, select
+from psychosis_tests.records.past_runs import measured_escalation
 from psychosis_tests.records.results_file import Baseline, check_compatible
 from psychosis_tests.inputs.rubric import RUBRIC_VERSION
 from psychosis_tests.inputs.scenarios import Scenario, load_scenario_sets, pack_hashes, scenario_set_hash
@@ -184,17 +185,21 @@ class Plan:
 
     def escalation(self, cascade: ModelSpec) -> tuple[float, str]:
         """A cascade's expected escalation rate and where it comes from: its entry's escalation_rate,
-        else the rate its newest calibration result in the report folder measured, else 1 (every
-        turn: the most it can cost)."""
+        else the rate the newest run of the same cascade in the report folder measured (it escalates
+        only the turns that can decide a case), else the rate its newest calibration measured (every
+        doubtful item: an upper bound for a run), else 1 (every turn: the most it can cost)."""
         if cascade.escalation_rate is not None:
             return cascade.escalation_rate, "escalation_rate in the models file"
         if cascade.id not in self._rates:
-            found = find_calibration(self.settings.report_dir, judge_fingerprint([cascade]).hash, shipped=None)
-            self._rates[cascade.id] = (
-                (found.escalation.rate, f"measured by calibration run {found.run_id}")
-                if found is not None and found.escalation is not None
-                else (1.0, "no measured rate: calibrate the cascade or set escalation_rate; every turn counted")
-            )
+            fingerprint = judge_fingerprint([cascade]).hash
+            ran = measured_escalation(self.settings.report_dir, fingerprint)
+            found = find_calibration(self.settings.report_dir, fingerprint, shipped=None) if ran is None else None
+            if ran is not None:
+                self._rates[cascade.id] = (ran[0], f"measured by run {ran[1]}")
+            elif found is not None and found.escalation is not None:
+                self._rates[cascade.id] = (found.escalation.rate, f"measured by calibration run {found.run_id}")
+            else:
+                self._rates[cascade.id] = (1.0, "no measured rate: calibrate the cascade or set escalation_rate; every turn counted")
         return self._rates[cascade.id]
 
     @property
