@@ -6,7 +6,8 @@
 Two runs of the same cases, each with a fresh cache, through the engine (Plan, Runner) as a
 pytest run drives it:
 
-1. the judge reference/judge sent one chat request per call (the reference server): its wall time
+1. the judge reference/judge sent one chat request per call (the reference server; a models-file
+   entry of kind chat, since the built-in one scores in-process): its wall time
    is the conversations' own critical path (every conversation and its judge calls in flight at once);
 2. the same judge with `batch: true` on the loopback double (servers.batch_server), which finishes
    each batch `--delay` seconds after it is created.
@@ -33,15 +34,16 @@ from psychosis_tests.servers.reference_server import ReferenceServer
 
 ROOT = Path(__file__).resolve().parents[1]
 JUDGE = "reference/judge"
+CHAT_ENTRY = "models:\n  - {{id: {judge}, model: judge}}\n"
 BATCH_ENTRY = (
     "models:\n  - {{id: {judge}, model: judge, batch: true, batch_size: 200, batch_flush: 0.2,"
     " batch_poll_max: 0.2, deadline: 600}}\n"
 )
 
 
-def timed_run(scratch: Path, target: str, scenarios: int, models_file: Path | None, urls: dict[str, str]):
+def timed_run(scratch: Path, target: str, scenarios: int, models_file: Path, urls: dict[str, str]):
     values = {"model": [target], "judge": [JUDGE], "report_dir": str(scratch / "reports"),
-              "models_file": str(models_file) if models_file else None}  # fmt: skip
+              "models_file": str(models_file)}  # fmt: skip
     plan = Plan.load(resolve(values.get, {}, ROOT))
     keys = plan.cases()[:scenarios]
     started = time.perf_counter()
@@ -60,11 +62,12 @@ def main() -> int:
     parser.add_argument("--target", default="reference/guardian")
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="batch-bench-"))
-    models = scratch / "models.yaml"
+    models, chat = scratch / "models.yaml", scratch / "chat.yaml"
     models.write_text(BATCH_ENTRY.format(judge=JUDGE))
+    chat.write_text(CHAT_ENTRY.format(judge=JUDGE))
     with ReferenceServer() as reference, BatchServer(delay=args.delay) as double:
         plain, plain_outcomes, _ = timed_run(
-            scratch / "plain", args.target, args.scenarios, None, {args.target: reference.url, JUDGE: reference.url}
+            scratch / "plain", args.target, args.scenarios, chat, {args.target: reference.url, JUDGE: reference.url}
         )
         batched, batched_outcomes, batches = timed_run(
             scratch / "batched", args.target, args.scenarios, models, {args.target: reference.url, JUDGE: double.url}
