@@ -126,3 +126,14 @@ def test_a_run_judged_by_reference_judge_asks_no_judge_endpoint_and_scores_as_ov
 def test_an_in_process_judge_named_as_a_target_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ModelsFileError, match="'reference/judge-strict' is a judge of kind reference .* named as a target"):
         Plan.load(_settings(tmp_path, "reference/judge-strict"))
+
+
+def test_the_fingerprint_is_that_of_the_same_judge_asked_over_http() -> None:
+    """Same verdicts, same fingerprint: a calibration of the HTTP-served judge applies in-process."""
+    from psychosis_tests.inputs.judge_identity import judge_fingerprint
+
+    for model in REFERENCE_JUDGES:
+        builtin = builtin_models()[f"reference/{model}"]
+        over_http = builtin.model_copy(update={"kind": "chat"})
+        assert over_http.served_by_suite == "reference" and builtin.served_by_suite is None
+        assert judge_fingerprint([builtin]) == judge_fingerprint([over_http])

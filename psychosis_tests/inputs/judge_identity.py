@@ -6,6 +6,10 @@ own servers), the output-affecting generation parameters, how the verdict is con
 much context the judge sees, its judge mode and how many times it is asked; and the rubric
 (the prompt template with its text). A panel's fingerprint lists its judges in order; a cascade's
 holds both its judges' and its thresholds.
+
+A judge's `kind` is left out: the suite's reference judges give the same verdicts in-process (kind
+reference) as over HTTP (kind chat), so a calibration of either applies to both
+(tests/test_reference_judge_kind.py pins the two paths to the same answers).
 """
 
 from __future__ import annotations

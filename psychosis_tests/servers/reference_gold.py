@@ -6,7 +6,8 @@ construction. Its use is as a cascade's escalation judge, where it shows the bes
 do with a given first judge and thresholds (with a real LLM judge the ceiling is that judge's own
 agreement). A metric the item carries no gold label on (DCS and HES on a control item) is scored
 as the cue-list judge (`reference/judge`) scores it, and the rationale says so; a reply that is
-not in the set is refused (HTTP 400), never guessed.
+not in the set is refused (`NoGoldLabel`: an error for its item or turn, a 400 over HTTP), never
+guessed. The built-in judge calls it in-process (`engine.judges.ReferenceJudge`).
 """
 
 from __future__ import annotations
