@@ -2,8 +2,10 @@
 
 The engine starts no server: it is handed `base_urls`, model id -> address. `SuiteServers.start`
 starts what the given models need, one loopback reference server shared by every reference model
-(a reference judge with `batch: true` is answered by the Batch API double instead) and one embedded llama.cpp server per locally served model, and `stop` ends them all. A replay
-calls no model, so it starts nothing.
+(a reference judge with `batch: true` is answered by the Batch API double instead) and one embedded
+llama.cpp server per locally served model, and `stop` ends them all. In-process judges (the
+trained judge, the built-in reference judges of kind reference) need none. A replay calls no
+model, so it starts nothing.
 
     with SuiteServers.start(plan.specs_served_by_suite(), log_dir=run_dir, cache_mode=mode) as served:
         runner = Runner(plan, run_dir=run_dir, evaluate=evaluate_case, base_urls=served.base_urls)
