@@ -190,7 +190,7 @@ def estimate_lines(plan: Plan, keys: list[CaseKey]) -> list[str]:
     calls = sum(r.usage.calls for r in rows)
     tokens = sum(r.usage.total_tokens for r in rows)
     priced = [r.cost_usd for r in rows if r.cost_usd is not None]
-    unpriced = sorted({r.model for r in rows if r.cost_usd is None})
+    unpriced = sorted({r.model for r in rows if r.cost_usd is None and r.usage.calls})  # in-process: no call to price
     total_line = f"total: {calls} calls, {tokens} tokens"
     if priced:
         total_line += f", ${sum(priced):.4f}"
