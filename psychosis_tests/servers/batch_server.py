@@ -1,7 +1,8 @@
 """A loopback test double of the OpenAI Batch API, answering with the reference models.
 
     POST /v1/files                 upload a JSONL input file (multipart, purpose=batch)
-    POST /v1/batches               create a batch from an uploaded file
+    POST /v1/batches               create a batch from an uploaded file (its metadata kept)
+    GET  /v1/batches               the batches, newest first, a page at a time (limit, after, has_more)
     GET  /v1/batches/{id}          the batch's status (and, once finished, its output and error files)
     GET  /v1/files/{id}/content    a file's content
     POST /v1/batches/{id}/cancel   cancel a batch that has not finished
@@ -12,11 +13,19 @@ completion; `expire_after`, the seconds after which an unfinished batch expires 
 goes to the error file as batch_expired); `fail_lines`, custom id (or a line's last message text)
 -> how many more times that line fails with a server_error in the error file; `refuse_batches`, a
 message with which every new batch fails as a whole. A cancelled batch puts every line in the
-error file as batch_cancelled. `batches_created` and `lines_received` count what was submitted.
+error file as batch_cancelled. `batches_created`, `lines_received` and `custom_ids_received` count
+what was submitted.
+
+For a run killed or cut off while it creates a batch: `create_reply` "dropped" creates the batch
+and closes the connection unanswered; "stalled" creates it and holds the connection, unanswered,
+until `released` is set (stop() sets it). `lists_batches` False answers the listing with 404, as
+a provider without it; `keeps_metadata` False drops the metadata a batch is created with;
+`page_cap` caps a listing's page below the `limit` asked for.
 """
 
 from __future__ import annotations
 
+import collections
 import email.parser
 import email.policy
 import itertools
@@ -26,6 +35,7 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs
 
 from psychosis_tests.servers.reference_chat import APIError, complete
 
@@ -35,7 +45,10 @@ class _Batch:
     id: str
     input_file_id: str
     lines: list[dict[str, Any]]
+    metadata: dict[str, str] | None
     created: float
+    """time.monotonic() at creation: the clock of `delay` and `expire_after`."""
+    created_at: int = field(default_factory=lambda: int(time.time()))
     status: str = "in_progress"
     output_file_id: str | None = None
     error_file_id: str | None = None
@@ -50,7 +63,7 @@ class _Batch:
             else {"object": "list", "data": [{"code": "invalid_request", "message": self.refusal}]},
             "input_file_id": self.input_file_id, "completion_window": "24h", "status": self.status,
             "output_file_id": self.output_file_id, "error_file_id": self.error_file_id,
-            "created_at": int(self.created), "request_counts": self.counts,
+            "created_at": self.created_at, "request_counts": self.counts, "metadata": self.metadata,
         }  # fmt: skip
 
 
@@ -63,10 +76,18 @@ class BatchState:
         self.fail_lines: dict[str, int] = {}
         self.refuse_batches: str | None = None
         """When set, every new batch fails as a whole with this message (its input refused)."""
+        self.create_reply = "sent"
+        """How a create is answered: "sent", "dropped" or "stalled" (see the module's docstring)."""
+        self.released = threading.Event()
+        self.lists_batches = True
+        self.keeps_metadata = True
+        """False: batches are created without the metadata asked for, as some providers do."""
+        self.page_cap = 100
         self.files: dict[str, bytes] = {}
         self.batches: dict[str, _Batch] = {}
         self.batches_created = 0
         self.lines_received = 0
+        self.custom_ids_received: collections.Counter[str] = collections.Counter()
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
 
@@ -76,7 +97,7 @@ class BatchState:
             self.files[file_id] = content
             return file_id
 
-    def create(self, input_file_id: str) -> _Batch:
+    def create(self, input_file_id: str, metadata: dict[str, str] | None = None) -> _Batch:
         with self._lock:
             if input_file_id not in self.files:
                 raise APIError(404, f"no such file: {input_file_id}", code="not_found")
@@ -84,14 +105,31 @@ class BatchState:
                 lines = [json.loads(line) for line in self.files[input_file_id].splitlines() if line.strip()]
             except ValueError as exc:
                 raise APIError(400, f"the input file is not JSONL: {exc}") from None
-            batch = _Batch(f"batch_{next(self._ids)}", input_file_id, lines, time.monotonic())
+            kept = metadata if self.keeps_metadata else None
+            batch = _Batch(f"batch_{next(self._ids)}", input_file_id, lines, kept, time.monotonic())
             batch.counts["total"] = len(lines)
             if self.refuse_batches:
                 batch.status, batch.refusal = "failed", self.refuse_batches
             self.batches[batch.id] = batch
             self.batches_created += 1
             self.lines_received += len(lines)
+            self.custom_ids_received.update(str(line.get("custom_id")) for line in lines)
             return batch
+
+    def listing(self, limit: int, after: str | None) -> dict[str, Any]:
+        """A page of the batches, newest first, after the batch `after` (OpenAI's list object)."""
+        if not self.lists_batches:
+            raise APIError(404, "no such endpoint: GET /v1/batches", code="not_found")
+        if not 1 <= limit <= 100:
+            raise APIError(400, f"limit must be from 1 to 100, not {limit}")
+        with self._lock:
+            newest_first = list(reversed(self.batches.values()))
+            start = 0 if after is None else [b.id for b in newest_first].index(self._batch(after).id) + 1
+            page = newest_first[start : start + min(limit, self.page_cap)]
+            data = [batch.wire() for batch in page]
+            more = start + len(page) < len(newest_first)
+            return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
+                    "last_id": data[-1]["id"] if data else None, "has_more": more}  # fmt: skip
 
     def retrieve(self, batch_id: str) -> _Batch:
         with self._lock:
@@ -188,7 +226,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _route(self, method: str) -> None:
         state = self.server.state
-        parts = self.path.split("?", 1)[0].strip("/").split("/")
+        path, _, query = self.path.partition("?")
+        parts = path.strip("/").split("/")
         try:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             match method, parts:
@@ -198,7 +237,16 @@ class _Handler(BaseHTTPRequestHandler):
                     reply = {"id": file_id, "object": "file", "bytes": len(content), "created_at": int(time.time()),
                              "filename": "batch.jsonl", "purpose": "batch", "status": "processed"}  # fmt: skip
                 case "POST", ["v1", "batches"]:
-                    reply = state.create(str(json.loads(body or b"{}").get("input_file_id"))).wire()
+                    asked = json.loads(body or b"{}")
+                    reply = state.create(str(asked.get("input_file_id")), asked.get("metadata")).wire()
+                    if state.create_reply != "sent":
+                        if state.create_reply == "stalled":
+                            state.released.wait()
+                        self.close_connection = True  # the batch exists; its creator never hears of it
+                        return
+                case "GET", ["v1", "batches"]:
+                    asked = {name: values[-1] for name, values in parse_qs(query).items()}
+                    reply = state.listing(int(asked.get("limit", 20)), asked.get("after"))
                 case "GET", ["v1", "batches", batch_id]:
                     reply = state.retrieve(batch_id).wire()
                 case "POST", ["v1", "batches", batch_id, "cancel"]:
@@ -251,6 +299,7 @@ class BatchServer:
         return self
 
     def stop(self) -> None:
+        self.state.released.set()
         if self._server is not None and self._thread is not None:
             self._server.shutdown()
             self._server.server_close()
