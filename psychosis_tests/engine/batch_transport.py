@@ -15,18 +15,26 @@ TransportError, which the provider retries or turns into its case's error:
 
 Every submitted request is kept in a `BatchStore` next to the response cache: a run that meets a
 request already submitted polls its batch (or takes its kept answer) instead of submitting it again.
+The submission is recorded before the batch is created, with an id the batch carries in its
+metadata (`METADATA_KEY`), and its batch id after. A run killed in between leaves a submission
+without a batch id; the run that next meets one of its requests lists the provider's batches
+(newest first) for that metadata and adopts the batch it finds, or, finding none, submits the
+requests anew: the batch was never created. A provider that cannot list batches (the listing
+refused) or drops the metadata cannot be asked: the run says so once in its log, and such
+requests are submitted anew (the one batch that may then be paid twice).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 import openai
 
-from psychosis_tests.engine.batch_store import BatchStore
+from psychosis_tests.engine.batch_store import BatchStore, Submitted
 from psychosis_tests.engine.chat_completions import RETRYABLE_STATUS, ChatCompletions, transport_error
 from psychosis_tests.engine.transport import Request, TransportError
 from psychosis_tests.engine.wire import BadReply, Reply, read_reply
@@ -39,6 +47,14 @@ RETRYABLE_CODES = frozenset({"server_error", "rate_limit_exceeded", "batch_expir
 FINISHED = frozenset({"completed", "failed", "expired", "cancelled"})
 QUEUE_LIMIT = 1_000_000
 """The provider's cap on calls in flight to a batched model: every call may wait in a batch."""
+METADATA_KEY = "psychosis_bench_submission"
+"""The batch metadata key naming the submission a batch was created for."""
+LIST_PAGE = 100
+"""Batches asked for per page when looking for a submission's batch (OpenAI's largest page)."""
+CLOCK_SLACK = 600.0
+"""Seconds the provider's clock may lag ours: listing stops at batches created this long before
+the submission was recorded, since the batch cannot be older than its submission."""
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -54,7 +70,7 @@ class BatchCounters:
     submitted: int = 0
     """Batches this run submitted."""
     resumed: int = 0
-    """Batches an earlier run submitted that this run polled."""
+    """Batches an earlier run submitted that this run polled (found by their metadata or not)."""
     done: int = 0
     """Batches finished (whatever their status) whose lines were read."""
 
@@ -74,7 +90,10 @@ class BatchTransport:
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._waiting: dict[str, dict[str, list[_Waiting]]] = {}
         """batch id -> custom id -> the requests waiting for that line."""
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._batch_of: dict[str, asyncio.Future[str | None]] = {}
+        """submission id -> its batch id (None: never created), as this run's create or lookup finds it."""
+        self._warned: set[tuple[str, str]] = set()
+        self._tasks: set[asyncio.Future[Any]] = set()
 
     def address(self, spec: ModelSpec) -> str:
         return f"{self.http.address(spec)} (Batch API)"
@@ -87,12 +106,59 @@ class BatchTransport:
         if submitted is not None and submitted.answer is not None:
             self.store.forget([request.key])
             return _read(request, submitted.batch_id, json.loads(submitted.answer))
-        waiting = _Waiting(request)
+        batch_id = None
         if submitted is not None:
-            self._wait_on(submitted.batch_id, [waiting], resumed=True)
+            batch_id = submitted.batch_id or await self._found(request.spec, submitted)
+        waiting = _Waiting(request)
+        if batch_id:
+            self._wait_on(batch_id, [waiting], resumed=True)
         else:
             self._enqueue(waiting)
         return await waiting.answer
+
+    async def _found(self, spec: ModelSpec, submitted: Submitted) -> str | None:
+        """The batch of a submission recorded without one: this run's create in flight, else the
+        provider's batch carrying its metadata; None when it was never created."""
+        known = self._batch_of.get(submitted.submission)
+        if known is None:
+            known = self._track(submitted.submission, self._spawn(self._look_up(spec, submitted)))
+        return await asyncio.shield(known)
+
+    def _track(self, submission: str, batch_id: asyncio.Future[str | None]) -> asyncio.Future[str | None]:
+        """Keep a submission's batch id as it becomes known; a failure is forgotten, so it is asked again."""
+        self._batch_of[submission] = batch_id
+
+        def settled(done: asyncio.Future[str | None]) -> None:
+            if done.cancelled() or done.exception() is not None:
+                self._batch_of.pop(submission, None)
+
+        batch_id.add_done_callback(settled)
+        return batch_id
+
+    async def _look_up(self, spec: ModelSpec, submitted: Submitted) -> str | None:
+        client = self.http.client(spec)
+        try:
+            async for batch in client.batches.list(limit=LIST_PAGE):
+                if (batch.metadata or {}).get(METADATA_KEY) == submitted.submission:
+                    self.store.created(submitted.submission, batch.id)
+                    return batch.id
+                if batch.created_at and batch.created_at < submitted.created - CLOCK_SLACK:
+                    break  # newest first: the rest are older than the submission
+        except (openai.APIStatusError, openai.APIConnectionError) as exc:
+            fault = transport_error(exc, spec, self.address(spec))
+            if fault.retryable:
+                raise TransportError(f"could not look for the batch of submission {submitted.submission} "
+                                     f"({_said(fault)})", retryable=True, wait=fault.wait) from None  # fmt: skip
+            self._warn_once(spec, "listing", f"the batches of {self.address(spec)} cannot be listed ({_said(fault)}): "
+                            "requests of a run killed while creating a batch are submitted anew, "
+                            "and that batch, if it was created, is paid twice")  # fmt: skip
+        self.store.abandon(submitted.submission)
+        return None
+
+    def _warn_once(self, spec: ModelSpec, what: str, message: str) -> None:
+        if (spec.id, what) not in self._warned:
+            self._warned.add((spec.id, what))
+            log.warning("'%s': %s", spec.id, message)
 
     def _enqueue(self, waiting: _Waiting) -> None:
         spec = waiting.request.spec
@@ -111,10 +177,11 @@ class BatchTransport:
         for start in range(0, len(queue), spec.batch_size):
             self._spawn(self._run_batch(spec, queue[start : start + spec.batch_size]))
 
-    def _spawn(self, work: Any) -> None:
+    def _spawn(self, work: Any) -> asyncio.Future[Any]:
         task = asyncio.ensure_future(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _run_batch(self, spec: ModelSpec, entries: list[_Waiting]) -> None:
         lines: dict[str, dict] = {}
@@ -125,17 +192,32 @@ class BatchTransport:
             })  # fmt: skip
         data = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines.values()).encode()
         client = self.http.client(spec)
+        submission = None
         try:
             uploaded = await client.files.create(file=("requests.jsonl", data, "application/jsonl"), purpose="batch")
+            submission = self.store.begin(spec.id, list(lines))
+            made = self._track(submission, asyncio.get_running_loop().create_future())
             batch = await client.batches.create(
-                input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
-            )
+                input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h",
+                metadata={METADATA_KEY: submission},
+            )  # fmt: skip
         except (openai.APIStatusError, openai.APIConnectionError) as exc:
             fault = transport_error(exc, spec, self.address(spec))
-            _fail(entries, TransportError(f"the batch could not be submitted ({_said(fault)})",
-                                          retryable=fault.retryable, wait=fault.wait))  # fmt: skip
+            unsent = TransportError(f"the batch could not be submitted ({_said(fault)})",
+                                    retryable=fault.retryable, wait=fault.wait)  # fmt: skip
+            if submission is not None:
+                made.set_exception(unsent)
+                if isinstance(exc, openai.APIStatusError) and exc.status_code < 500:
+                    self.store.abandon(submission)  # refused: no batch was created
+                # else it may have been created: a retry of these requests looks for it
+            _fail(entries, unsent)
             return
-        self.store.add(spec.id, batch.id, list(lines))
+        self.store.created(submission, batch.id)
+        made.set_result(batch.id)
+        if (batch.metadata or {}).get(METADATA_KEY) != submission:
+            self._warn_once(spec, "metadata", f"{self.address(spec)} did not keep the batch's metadata: "
+                            "requests of a run killed while creating a batch are submitted anew, "
+                            "and that batch is paid twice")  # fmt: skip
         self.counters.submitted += 1
         self._wait_on(batch.id, entries, resumed=False)
 
