@@ -53,15 +53,30 @@ def test_a_create_whose_reply_was_lost_is_adopted_by_its_metadata_not_submitted_
     assert kept(tmp_path / "cache.sqlite3") == 0  # every line handed over: the response cache keeps them
 
 
-def lose_a_create(double: BatchServer, tmp_path: Path) -> None:
-    """A run whose one batch is created but whose create reply is lost, its calls failing."""
+def lose_a_create(double: BatchServer, tmp_path: Path) -> str:
+    """A run whose one batch is created but whose create reply is lost, its calls failing; the batch's id."""
+    before = set(double.state.batches)
     double.state.create_reply = "dropped"
     spec = batched(base_url=double.url)
     lost = run(provider_for(spec, double.url, tmp_path), spec, PROMPTS[:3])
     assert all(isinstance(a, ModelCallError) and "the batch could not be submitted" in str(a) for a in lost), lost
     double.state.create_reply = "sent"
-    assert double.state.batches_created == 1
     assert unconfirmed(tmp_path / "cache.sqlite3") == 1
+    (created,) = set(double.state.batches) - before
+    return created
+
+
+def create_batches(double: BatchServer, count: int) -> None:
+    """Batches of someone else's (empty, with metadata of their own) on the double."""
+
+    async def create() -> None:
+        async with openai.AsyncOpenAI(base_url=double.url, api_key="not-needed") as client:
+            for n in range(count):
+                file = await client.files.create(file=("x.jsonl", b"", "application/jsonl"), purpose="batch")
+                await client.batches.create(input_file_id=file.id, endpoint="/v1/chat/completions",
+                                            completion_window="24h", metadata={"other": str(n)})  # fmt: skip
+
+    asyncio.run(create())
 
 
 def kept(cache_path: Path, which: str = "1") -> int:
@@ -83,15 +98,7 @@ def saved_batches(cache_path: Path) -> int:
 
 def test_the_lookup_pages_through_newer_batches_to_the_submissions_own(double: BatchServer, tmp_path: Path) -> None:
     lose_a_create(double, tmp_path)
-
-    async def newer_batches() -> None:
-        async with openai.AsyncOpenAI(base_url=double.url, api_key="not-needed") as client:
-            for n in range(5):
-                file = await client.files.create(file=("x.jsonl", b"", "application/jsonl"), purpose="batch")
-                await client.batches.create(input_file_id=file.id, endpoint="/v1/chat/completions",
-                                            completion_window="24h", metadata={"other": str(n)})  # fmt: skip
-
-    asyncio.run(newer_batches())
+    create_batches(double, 5)
     double.state.page_cap = 2  # the submission's batch is on the third page
     spec = batched(base_url=double.url)
     provider = provider_for(spec, double.url, tmp_path)
@@ -100,6 +107,23 @@ def test_the_lookup_pages_through_newer_batches_to_the_submissions_own(double: B
     assert (double.state.batches_created, double.state.lines_received) == (6, 3)
     assert provider.transport.batch_counters.resumed == 1
     assert unconfirmed(tmp_path / "cache.sqlite3") == 0
+
+
+def test_a_submission_whose_batch_was_never_created_is_submitted_anew_without_listing_older_batches(
+    double: BatchServer, tmp_path: Path
+) -> None:
+    create_batches(double, 5)
+    for older in double.state.batches.values():
+        older.created_at -= 3600  # an hour before the submission
+    lost = lose_a_create(double, tmp_path)
+    del double.state.batches[lost]  # as if the run died before its create took effect
+    double.state.page_cap = 2
+    spec = batched(base_url=double.url)
+    answers = run(provider_for(spec, double.url, tmp_path), spec, PROMPTS[:3])
+    assert all(not isinstance(a, Exception) and a.text for a in answers), answers
+    assert double.state.pages_listed == 1  # the first page showed batches older than the submission
+    assert double.state.batches_created == 7 and max(double.state.custom_ids_received.values()) == 2
+    assert kept(tmp_path / "cache.sqlite3") == 0
 
 
 def test_a_provider_that_cannot_list_batches_gets_the_requests_anew_and_the_run_says_so_once(

@@ -14,7 +14,7 @@ goes to the error file as batch_expired); `fail_lines`, custom id (or a line's l
 -> how many more times that line fails with a server_error in the error file; `refuse_batches`, a
 message with which every new batch fails as a whole. A cancelled batch puts every line in the
 error file as batch_cancelled. `batches_created`, `lines_received` and `custom_ids_received` count
-what was submitted.
+what was submitted, `pages_listed` the listing's pages served.
 
 For a run killed or cut off while it creates a batch: `create_reply` "dropped" creates the batch
 and closes the connection unanswered; "stalled" creates it and holds the connection, unanswered,
@@ -88,6 +88,7 @@ class BatchState:
         self.batches_created = 0
         self.lines_received = 0
         self.custom_ids_received: collections.Counter[str] = collections.Counter()
+        self.pages_listed = 0
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
 
@@ -128,6 +129,7 @@ class BatchState:
             page = newest_first[start : start + min(limit, self.page_cap)]
             data = [batch.wire() for batch in page]
             more = start + len(page) < len(newest_first)
+            self.pages_listed += 1
             return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
                     "last_id": data[-1]["id"] if data else None, "has_more": more}  # fmt: skip
 
