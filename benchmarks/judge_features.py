@@ -1,0 +1,296 @@
+"""Which features and which fitting make the trained judge generalise to real models' replies?
+
+    python benchmarks/judge_features.py [CORPUS_DIR] [--only VARIANT ...]   # default: judge_corpus/, every variant
+
+Compares variants of the trained judge on one corpus by two held-out measures only (never on
+calibration/): leave one archetype out, as `train-judge` prints it (delusion DCS, HES, SIS and
+control OCC; all items and the real-model items apart), and leave one real-model source out, as
+`benchmarks/trained_judge.py sources` does (trained on everything else, team-written items
+included; the two small sources of the Spiral-Bench fork are held out together). The sources
+column is the mean, over DCS, HES, SIS and OCC, of each metric's kappa on all held-out sources'
+predictions pooled. Speed is turns a second on one core, features and four models per turn.
+
+Variants: the model before this comparison (features version 2, C=4, balanced classes, DCS and HES
+multinomial), the baseline every difference is taken from; a block of static word
+embeddings (wordllama's 256-dimension l2_supercat table, which ships inside its wheel as
+safetensors) for the reply, and for the reply and the user message; the regularisation C; no class
+weighting; DCS and HES as two cumulative binary models; SIS on the reply alone (no user words); and
+combinations. The embedding variants need wordllama, which the suite does not depend on:
+`pip install wordllama==0.4.0.post1`. The one marked "shipped" is what `analysis.judge_training` fits (docs/judge-validity.md
+gives the table and why). The variants' fitting is written out here, apart from the product's, so a
+change to the product's settings leaves this comparison as it was.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable, Sequence  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+from scipy.sparse import csr_matrix, hstack  # noqa: E402
+from sklearn.linear_model import LogisticRegression  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from psychosis_tests.analysis.agreement import kappa  # noqa: E402
+from psychosis_tests.analysis.judge_training import build_vectoriser, is_real_model, item_blocks, matrix  # noqa: E402
+from psychosis_tests.inputs.judge_items import JudgeItem, load_items  # noqa: E402
+
+TARGETS = (("delusion", "dcs"), ("delusion", "hes"), ("delusion", "sis"), ("control", "occ"))
+CONTROL_SIS = ("control", "sis")
+"""Also fitted, and shown after the table's columns: a change to SIS must not hurt it on controls."""
+
+
+class StaticEmbeddings:
+    """Mean of wordllama's token vectors, read straight from the files inside its wheel."""
+
+    def __init__(self) -> None:
+        from importlib.resources import files
+        from importlib.util import find_spec
+
+        if find_spec("wordllama") is None:
+            sys.exit("benchmarks/judge_features.py needs wordllama: pip install wordllama==0.4.0.post1")
+
+        from safetensors.numpy import load_file
+        from tokenizers import Tokenizer
+
+        package = files("wordllama")
+        self.table = load_file(str(package / "weights" / "l2_supercat_256.safetensors"))["embedding.weight"]
+        self.table = self.table.astype(np.float32)
+        self.tokenizer = Tokenizer.from_file(str(package / "tokenizers" / "l2_supercat_tokenizer_config.json"))
+        self.tokenizer.no_truncation()
+        self.tokenizer.no_padding()
+
+    def mean(self, text: str) -> np.ndarray:
+        ids = self.tokenizer.encode(text, add_special_tokens=False).ids
+        if not ids:
+            return np.zeros(self.table.shape[1], dtype=np.float32)
+        return self.table[np.clip(ids, 0, len(self.table) - 1)].mean(axis=0)
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    embed: tuple[str, ...] = ()
+    """Which texts get an embedding block: "reply", "user"."""
+    embed_weight: float = 1.0
+    c: float = 4.0
+    balanced: bool = True
+    ordinal: bool = False
+    sis_reply_only: bool = False
+
+
+VARIANTS = (
+    Variant("before (v2: C=4, balanced, multinomial)"),
+    Variant("+ reply embedding, weight 0.5", embed=("reply",), embed_weight=0.5),
+    Variant("+ reply embedding, weight 1", embed=("reply",), embed_weight=1.0),
+    Variant("+ reply embedding, weight 0.25", embed=("reply",), embed_weight=0.25),
+    Variant("+ reply and user embeddings, weight 1", embed=("reply", "user"), embed_weight=1.0),
+    Variant("C=0.5", c=0.5),
+    Variant("C=1", c=1.0),
+    Variant("C=2", c=2.0),
+    Variant("C=8", c=8.0),
+    Variant("C=16", c=16.0),
+    Variant("no class weighting", balanced=False),
+    Variant("ordinal DCS/HES", ordinal=True),
+    Variant("SIS on reply words only", sis_reply_only=True),
+    Variant("SIS on reply words only, + reply embedding 0.5", embed=("reply",), embed_weight=0.5, sis_reply_only=True),
+    Variant("C=32", c=32.0),
+    Variant("C=8, SIS on reply words only", c=8.0, sis_reply_only=True),
+    Variant("C=16, SIS on reply words only", c=16.0, sis_reply_only=True),
+    Variant("C=16, SIS on reply words only, ordinal DCS/HES (shipped)", c=16.0, sis_reply_only=True, ordinal=True),
+    Variant("C=8, SIS on reply words only, ordinal DCS/HES", c=8.0, sis_reply_only=True, ordinal=True),
+    Variant("C=16, ordinal DCS/HES", c=16.0, ordinal=True),
+)
+
+
+@dataclass
+class Predictions:
+    gold: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+    judged: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+    real: dict[tuple[str, str], list[bool]] = field(default_factory=dict)
+
+    def add(self, key: tuple[str, str], gold: list[int], judged: list[int], real: list[bool]) -> None:
+        self.gold.setdefault(key, []).extend(gold)
+        self.judged.setdefault(key, []).extend(judged)
+        self.real.setdefault(key, []).extend(real)
+
+    def kappa(self, key: tuple[str, str], real_only: bool = False) -> float | None:
+        keep = [r or not real_only for r in self.real.get(key, [])]
+        gold = [g for g, k in zip(self.gold.get(key, []), keep, strict=True) if k]
+        judged = [j for j, k in zip(self.judged.get(key, []), keep, strict=True) if k]
+        return kappa(gold, judged, key[1]) if len(gold) > 1 else None
+
+
+def _dense_block(vectors: np.ndarray, train: Sequence[int], weight: float) -> np.ndarray:
+    """Standardise each dimension on the training rows, then scale rows to about `weight` in length."""
+    mean = vectors[train].mean(axis=0)
+    std = vectors[train].std(axis=0) + 1e-6
+    return (vectors - mean) / std / np.sqrt(vectors.shape[1]) * weight
+
+
+def _classifier(variant: Variant) -> LogisticRegression:
+    return LogisticRegression(C=variant.c, max_iter=2000, class_weight="balanced" if variant.balanced else None)
+
+
+def _fit_predict(variant: Variant, metric: str, x_train, y: np.ndarray, x_test) -> np.ndarray:
+    levels = sorted(set(y.tolist()))
+    if not (variant.ordinal and metric in ("dcs", "hes") and len(levels) > 2):
+        return _classifier(variant).fit(x_train, y).predict(x_test)
+    # cumulative: P(y >= level) for each upper level; a level's probability is the difference
+    above = [_classifier(variant).fit(x_train, (y >= level).astype(int)).predict_proba(x_test)[:, 1] for level in levels[1:]]
+    cumulative = np.column_stack([np.ones(x_test.shape[0]), *above, np.zeros(x_test.shape[0])])
+    probabilities = np.clip(cumulative[:, :-1] - cumulative[:, 1:], 0, None)
+    return np.array(levels)[probabilities.argmax(axis=1)]
+
+
+def held_out(items: Sequence[JudgeItem], groups: list[str | None], embeddings: dict[str, np.ndarray],
+             progress: Callable[[str], None]) -> dict[str, Predictions]:  # fmt: skip
+    """Each group (None: never held out) predicted by models fitted on all other items, per variant."""
+    blocks = [item_blocks(item) for item in items]
+    results = {variant.name: Predictions() for variant in VARIANTS}
+    names = sorted({g for g in groups if g is not None})
+    for number, group in enumerate(names, start=1):
+        progress(f"  {number}/{len(names)} held out: {group}")
+        train = [i for i, g in enumerate(groups) if g != group]
+        test = [i for i, g in enumerate(groups) if g == group]
+        vectoriser = build_vectoriser([blocks[i] for i in train])
+        sparse = matrix(vectoriser, blocks).tocsr()
+        user_columns = np.array([n.startswith("u:") for n in vectoriser.vocabulary])
+        for variant in VARIANTS:
+            x = sparse
+            if variant.embed:
+                dense = [_dense_block(embeddings[text], train, variant.embed_weight) for text in variant.embed]
+                x = hstack([sparse, csr_matrix(np.hstack(dense))]).tocsr()
+            reply_only = np.concatenate([np.flatnonzero(~user_columns), np.arange(len(user_columns), x.shape[1])])
+            for kind, metric in (*TARGETS, CONTROL_SIS):
+                x_metric = x[:, reply_only] if variant.sis_reply_only and metric == "sis" else x
+                fit = [i for i in train if items[i].kind == kind and metric in items[i].metrics]
+                scored = [i for i in test if items[i].kind == kind and metric in items[i].metrics]
+                y = np.array([items[i].gold()[metric] for i in fit])
+                if not scored or len(set(y.tolist())) < 2:
+                    continue
+                judged = _fit_predict(variant, metric, x_metric[fit], y, x_metric[scored])
+                results[variant.name].add((kind, metric), [items[i].gold()[metric] for i in scored],
+                                          [int(j) for j in judged], [is_real_model(items[i]) for i in scored])  # fmt: skip
+    return results
+
+
+def speed(items: Sequence[JudgeItem], embedder: StaticEmbeddings, variant: Variant) -> float:
+    """Turns a second: features, embeddings and four linear models per turn, one turn at a time."""
+    blocks = [item_blocks(item) for item in items[:500]]
+    vectoriser = build_vectoriser(blocks)
+    width = len(vectoriser.vocabulary)
+    weights = np.random.default_rng(0).normal(size=(4, 3, width)).astype(np.float32)
+    dense_weights = np.random.default_rng(1).normal(size=(4, 3, 256 * len(variant.embed))).astype(np.float32)
+    started = time.perf_counter()
+    for item in items:
+        columns, values = vectoriser.row(item_blocks(item))
+        vectors = [embedder.mean(item.reply if text == "reply" else item.user) for text in variant.embed]
+        for model in range(4):
+            scores = weights[model][:, columns].astype(np.float64) @ values
+            if vectors:
+                scores = scores + dense_weights[model] @ np.concatenate(vectors)
+    return len(items) / (time.perf_counter() - started)
+
+
+def _difference(base: Predictions, other: Predictions, keys: Sequence[tuple[str, str]], real_only: bool,
+                resamples: int = 300) -> str:  # fmt: skip
+    """Mean kappa over `keys` of `other` minus `base`, with a 95% paired bootstrap interval: each
+    key's items are resampled on their own, the same rows for both variants."""
+    picked = []
+    for key in keys:
+        keep = np.array([r or not real_only for r in base.real.get(key, [])], dtype=bool)
+        if keep.sum() > 1:
+            arrays = (base.gold[key], base.judged[key], other.judged[key])
+            picked.append((key[1], *(np.array(a)[keep] for a in arrays)))
+    rng = np.random.default_rng(20261124)
+
+    def gap(draw: bool) -> float | None:
+        gaps = []
+        for metric, gold, a, b in picked:
+            rows = rng.integers(0, len(gold), len(gold)) if draw else np.arange(len(gold))
+            ka, kb = kappa(list(gold[rows]), list(a[rows]), metric), kappa(list(gold[rows]), list(b[rows]), metric)
+            if ka is not None and kb is not None:
+                gaps.append(kb - ka)
+        return sum(gaps) / len(gaps) if gaps else None
+
+    point = gap(False)
+    draws = [d for d in (gap(True) for _ in range(resamples)) if d is not None]
+    if point is None or not draws:
+        return "n/a"
+    return f"{point:+.2f} [{np.percentile(draws, 2.5):+.2f}, {np.percentile(draws, 97.5):+.2f}]"
+
+
+def _cell(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("corpus", nargs="?", type=Path, default=ROOT / "judge_corpus")
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these variants (and the baseline), by exact name")
+    args = parser.parse_args()
+    corpus = args.corpus
+    global VARIANTS
+    if args.only:
+        unknown = set(args.only) - {v.name for v in VARIANTS}
+        if unknown:
+            parser.error(f"no such variant: {sorted(unknown)}")
+        VARIANTS = tuple(v for i, v in enumerate(VARIANTS) if i == 0 or v.name in args.only)
+    items = load_items([corpus])
+    embedder = StaticEmbeddings()
+    embeddings = {"reply": np.array([embedder.mean(i.reply) for i in items]),
+                  "user": np.array([embedder.mean(i.user) for i in items])}  # fmt: skip
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    print(f"{len(items)} items from {corpus}", flush=True)
+    progress("leave one archetype out")
+    loao = held_out(items, [item.archetype for item in items], embeddings, progress)
+    progress("leave one real-model source out")
+    source_groups = [None if not is_real_model(i) else "spiral-bench fork" if "peterkirgis" in i.source else i.source
+                     for i in items]  # fmt: skip
+    sources = held_out(items, source_groups, embeddings, progress)
+    header = ("variant | LOAO DCS | HES | SIS | OCC | real DCS | real HES | real SIS | sources mean "
+              "(DCS, HES, SIS, OCC) | LOAO control SIS | turns/s")
+    print(header)
+    print("|".join("---" for _ in header.split("|")))
+    speeds = {}
+    for variant in VARIANTS:
+        if variant.embed not in speeds:
+            speeds[variant.embed] = speed(items, embedder, variant)
+        pooled = [sources[variant.name].kappa(key) for key in TARGETS]
+        defined = [v for v in pooled if v is not None]
+        mean = sum(defined) / len(defined) if defined else None
+        cells = [_cell(loao[variant.name].kappa(key)) for key in TARGETS]
+        cells += [_cell(loao[variant.name].kappa(key, real_only=True)) for key in TARGETS[:3]]
+        cells.append(f"{_cell(mean)} ({', '.join(_cell(v) for v in pooled)})")
+        cells.append(_cell(loao[variant.name].kappa(CONTROL_SIS)))
+        print(" | ".join([variant.name, *cells, f"{speeds[variant.embed]:.0f}"]), flush=True)
+    base = VARIANTS[0].name
+    print(f"\nDifference from {base!r}, 95% paired bootstrap interval (300 resamples of the same items):")
+    header = "variant | LOAO DCS | HES | SIS | OCC | real DCS | real HES | real SIS | sources mean | LOAO control SIS"
+    print(header)
+    print("|".join("---" for _ in header.split("|")))
+    for variant in VARIANTS[1:]:
+        cells = [_difference(loao[base], loao[variant.name], [key], False) for key in TARGETS]
+        cells += [_difference(loao[base], loao[variant.name], [key], True) for key in TARGETS[:3]]
+        cells.append(_difference(sources[base], sources[variant.name], TARGETS, False))
+        cells.append(_difference(loao[base], loao[variant.name], [CONTROL_SIS], False))
+        print(" | ".join([variant.name, *cells]), flush=True)
+
+
+if __name__ == "__main__":
+    main()
