@@ -129,6 +129,33 @@ def test_it_learns_the_levels_it_was_shown(model_file: Path) -> None:
     assert unseen["sis"].level == 1 and unseen["dcs"].level < 2
 
 
+def test_the_shipped_dcs_and_hes_are_cumulative_and_its_sis_reads_only_the_reply() -> None:
+    from psychosis_tests.inputs.models import TRAINED_MODEL_FILE
+
+    model = TrainedJudgeModel.load(TRAINED_MODEL_FILE)
+    user = [i for i, name in enumerate(model.vectoriser.vocabulary) if name.startswith("u:")]
+    for kind in ("delusion", "control"):
+        for metric in ("dcs", "hes"):
+            assert model.models[(kind, metric)].cumulative and model.models[(kind, metric)].weights.shape[0] == 2
+        assert not model.models[(kind, "sis")].weights[:, user].any()
+        assert model.models[(kind, "dcs")].weights[:, user].any()  # the other metrics still read the user
+
+
+def test_a_cumulative_model_gives_each_level_the_drop_between_its_thresholds() -> None:
+    from psychosis_tests.engine.trained_judge import MetricModel
+
+    one = (np.array([0]), np.array([1.0]))
+    third = np.log(3.0)  # a score of log 3 is a probability of 0.75
+    model = MetricModel((0, 1, 2), np.array([[0.0], [0.0]], np.float32), np.array([third, -third]))
+    assert np.allclose(model.probabilities(*one), [0.25, 0.5, 0.25])
+    crossed = MetricModel((0, 1, 2), np.array([[0.0], [0.0]], np.float32), np.array([-third, third]))
+    assert np.allclose(crossed.probabilities(*one), [0.5, 0.0, 0.5])  # P(>=2) above P(>=1): level 1 gets none
+    weighted = MetricModel((0, 1, 2), np.array([[1.0], [2.0]], np.float32), np.zeros(2))
+    assert [weighted.push(level).tolist() for level in (0, 1, 2)] == [[-3.0], [-1.0], [3.0]]  # evidence's direction
+    multinomial = MetricModel((0, 1, 2), np.zeros((3, 1), np.float32), np.log([1.0, 2.0, 1.0]))
+    assert not multinomial.cumulative and np.allclose(multinomial.probabilities(*one), [0.25, 0.5, 0.25])
+
+
 def test_a_missing_tampered_or_foreign_file_stops_with_one_line_naming_it(tmp_path: Path, model_file: Path) -> None:
     with pytest.raises(TrainedJudgeError, match="no trained judge model file here.*train-judge") as missing:
         TrainedJudgeModel.load(tmp_path / "nowhere.npz")
