@@ -340,10 +340,15 @@ def test_train_judge_distils_a_past_run_and_refuses_calibration_copies(
     assert f"repeats calibration item {copied_id!r} (same text)" in capsys.readouterr().err
 
 
-def test_train_judge_runs_the_calibration_gate_on_the_new_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_train_judge_runs_the_calibration_gate_on_the_new_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Without --no-gate, train-judge measures the model it wrote on calibration/ through the
-    calibrate command; a model of 18 items fails the gate, and says so, instead of crashing."""
+    calibrate command, whose run folder goes to the report folder the settings name; a model of
+    18 items fails the gate, and says so, instead of crashing."""
     from psychosis_tests import __main__ as cli
+
+    monkeypatch.setenv("PSYCHOSIS_REPORT_DIR", str(tmp_path / "reports"))
 
     corpus = tmp_path / "corpus"
     corpus.mkdir()
@@ -358,3 +363,5 @@ def test_train_judge_runs_the_calibration_gate_on_the_new_model(tmp_path: Path, 
     assert code == 1, printed.err[-2000:]
     assert "FAILED the calibration gate" in printed.out
     assert re.search(r"^DCS\s+240\s", printed.out, re.MULTILINE)
+    (run_dir,) = (tmp_path / "reports").glob("*-calibration")
+    assert (run_dir / "calibration.json").is_file()
