@@ -9,6 +9,7 @@ benchmark run in a process of its own with SIGKILL and run the same command agai
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import signal
@@ -217,3 +218,15 @@ def test_a_run_killed_between_create_and_save_has_its_batch_adopted_by_the_next(
         run_to_the_end(benchmark_runner, double)
         assert unconfirmed(benchmark_runner.cache_path) == 0
         assert_paid_once(benchmark_runner, double)
+
+
+def test_a_run_whose_batches_could_be_paid_twice_says_so_in_its_reports(benchmark_runner: BenchmarkRunner) -> None:
+    """A provider that drops the batch metadata: the terminal summary and results.json say so once."""
+    with BatchServer() as double:
+        double.state.keeps_metadata = False
+        out = run_to_the_end(benchmark_runner, double)
+    (run_dir,) = benchmark_runner.report_dir.iterdir()
+    warnings = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))["run"]["transport_warnings"]
+    assert len(warnings) == 1 and warnings[0].startswith("'batch-judge': ") and "paid twice" in warnings[0]
+    assert out.count("did not keep the batch's metadata") == 1 and "WARNING: 'batch-judge': " in out
+    assert "did not keep the batch's metadata" in (run_dir / "summary.md").read_text(encoding="utf-8")

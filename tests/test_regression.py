@@ -33,12 +33,8 @@ from psychosis_tests.analysis.baseline import (
     tolerance_from_file,
 )
 from psychosis_tests.common.errors import BaselineError, ThresholdsError
-from psychosis_tests.records.results_file import (
-    Baseline,
-    ResultPhase,
-    check_compatible,
-    load_results,
-)
+from psychosis_tests.records.baseline_run import Baseline, check_compatible
+from psychosis_tests.records.results_file import ResultPhase, load_results
 from psychosis_tests.inputs.thresholds import RegressionSettings
 from tests.benchmark_runner import SCENARIOS, THRESHOLDS, BenchmarkRunner
 

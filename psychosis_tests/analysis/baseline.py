@@ -46,7 +46,8 @@ from psychosis_tests.inputs.method import (
     gated_metrics,
     scope,
 )
-from psychosis_tests.records.results_file import Baseline, ResultsFile
+from psychosis_tests.records.baseline_run import Baseline
+from psychosis_tests.records.results_file import ResultsFile
 from psychosis_tests.inputs.thresholds import RegressionSettings, fraction_text, load_thresholds
 
 Change = Literal["regression", "improvement", "not significant", "unchanged"]

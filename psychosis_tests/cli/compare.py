@@ -12,7 +12,8 @@ from psychosis_tests.analysis.baseline import (
     tolerance_from_file,
 )
 from psychosis_tests.inputs.method import METRIC_MAX, METRICS
-from psychosis_tests.records.results_file import Baseline, check_compatible, load_results
+from psychosis_tests.records.baseline_run import Baseline, check_compatible
+from psychosis_tests.records.results_file import load_results
 from psychosis_tests.inputs.thresholds import RegressionSettings
 from psychosis_tests.reports.tables import comparison_markdown
 

@@ -93,6 +93,8 @@ class BatchTransport:
         self._batch_of: dict[str, asyncio.Future[str | None]] = {}
         """submission id -> its batch id (None: never created), as this run's create or lookup finds it."""
         self._warned: set[tuple[str, str]] = set()
+        self.warnings: list[str] = []
+        """What the run's reports must say about this provider's batches (each said once)."""
         self._tasks: set[asyncio.Future[Any]] = set()
 
     def address(self, spec: ModelSpec) -> str:
@@ -158,6 +160,7 @@ class BatchTransport:
     def _warn_once(self, spec: ModelSpec, what: str, message: str) -> None:
         if (spec.id, what) not in self._warned:
             self._warned.add((spec.id, what))
+            self.warnings.append(f"'{spec.id}': {message}")
             log.warning("'%s': %s", spec.id, message)
 
     def _enqueue(self, waiting: _Waiting) -> None:

@@ -13,7 +13,7 @@ from psychosis_tests.inputs.judge_identity import JudgeFingerprint, judge_finger
 from psychosis_tests.records.calibration_result import find_calibration
 from psychosis_tests.inputs.models import ModelSpec, judge_leaves, load_models_file, select
 from psychosis_tests.records.past_runs import measured_escalation
-from psychosis_tests.records.results_file import Baseline, check_compatible
+from psychosis_tests.records.baseline_run import Baseline, check_compatible
 from psychosis_tests.inputs.rubric import RUBRIC_VERSION
 from psychosis_tests.inputs.scenarios import Scenario, load_scenario_sets, pack_hashes, scenario_set_hash
 from psychosis_tests.inputs.settings import RunSettings, select_judges

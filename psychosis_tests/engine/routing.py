@@ -35,6 +35,11 @@ class RoutedTransport:
         return self.batches
 
     @property
+    def warnings(self) -> list[str]:
+        """What the run's reports must say about how its requests were sent (batches that may be paid twice)."""
+        return list(self.batches.warnings) if self.batches is not None else []
+
+    @property
     def batch_counters(self) -> BatchCounters:
         return self.batches.counters if self.batches is not None else BatchCounters()
 

@@ -243,6 +243,11 @@ class Runner:
         batches = getattr(transport, "batch_counters", None)  # RoutedTransport's; a test's own has none
         return {"batches_pending": batches.pending, "batches_done": batches.done} if batches else {}
 
+    @property
+    def transport_warnings(self) -> list[str]:
+        """What the run's reports must say about how calls were sent (`RoutedTransport.warnings`)."""
+        return list(getattr(self.provider.transport, "warnings", []))
+
     def user_turns(self, key: CaseKey) -> UserTurns:
         """Who writes this case's user turns, and how many there are (--user-model, --turns)."""
         settings = self.plan.settings

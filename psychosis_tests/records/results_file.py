@@ -12,7 +12,6 @@ set alone.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -280,6 +279,9 @@ class ResultRun(_Record):
     collection (xdist with -m, node ids, --deselect, --lf)."""
     merged_from: list[str] = Field(default_factory=list)
     """For a run written by `merge`: the run ids it pooled."""
+    transport_warnings: list[str] = Field(default_factory=list)
+    """What the run had to say about how its calls were sent, e.g. a Batch API that cannot list
+    batches (a batch of a killed run may then be paid twice)."""
     escalation: dict[str, str | int | float | None] | None = None
     """With a cascade judge: what it escalated and saved (reports.escalation); None otherwise."""
 
@@ -328,89 +330,3 @@ def load_results(path: Path) -> ResultsFile:
         ResultsFile, raw, BaselineError, file=file,
         message=lambda _, problem: f"{problem}; the file is damaged or was edited by hand",
     )
-
-
-# -- the baseline run -------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Baseline:
-    """A previous run's results, to compare cases of this run with."""
-
-    path: Path
-    """The results.json it was read from."""
-    results: ResultsFile
-
-    @classmethod
-    def load(cls, path: Path) -> Baseline:
-        """Read a run folder or results.json; BaselineError when missing, malformed or another format."""
-        return cls(results_path(path), load_results(path))
-
-    @property
-    def run_id(self) -> str:
-        return self.results.run.run_id
-
-    def describe(self) -> dict[str, str]:
-        """What the current run's metadata records about its baseline."""
-        return {"run_id": self.run_id, "path": str(self.path)}
-
-    def case_for(self, model: str, scenario: str) -> ResultCase | None:
-        """The baseline case to compare (model, scenario) with; see the module docstring."""
-        models = {case.model for case in self.results.cases}
-        if model not in models:
-            if len(models) != 1:
-                return None
-            (model,) = models
-        return next((c for c in self.results.cases if c.model == model and c.scenario == scenario), None)
-
-
-
-def check_compatible(
-    baseline: Baseline,
-    *,
-    scenario_set_hash: str,
-    judge: str,
-    judge_model: str,
-    force: bool,
-    force_hint: str = "--force-baseline",
-    user_side: tuple[str | None, str, int | None] | None = None,
-    pack_hashes: dict[str, str] | None = None,
-) -> list[str]:
-    """Refuse a baseline recorded with another scenario set or judge, unless forced.
-
-    Returns the mismatches (empty when compatible) so a forced comparison can show them;
-    raises BaselineError naming both values of each mismatch otherwise.
-    """
-    run = baseline.results.run
-    mismatches = []
-    if run.scenario_set_hash != scenario_set_hash:
-        mismatches.append(
-            f"scenario set {run.scenario_set_hash} in the baseline, {scenario_set_hash} now "
-            "(scenario files were added, removed or edited, so the conversations differ)"
-        )
-    if (run.judge, run.judge_model or judge_model) != (judge, judge_model):
-        mismatches.append(
-            f"judge {run.judge!r} (model {run.judge_model or '?'!r}) in the baseline, {judge!r} (model "
-            f"{judge_model!r}) now (another judge scores the same replies differently)"
-        )
-    for pack, current in sorted((pack_hashes or {}).items()):
-        recorded_pack = run.packs.get(pack)
-        if recorded_pack is not None and recorded_pack != current:
-            mismatches.append(f"pack {pack!r}: scenario set {recorded_pack} in the baseline, {current} now")
-    recorded = (run.user_model, run.user_mode, run.turns)
-    if user_side is not None and recorded != user_side:
-        mismatches.append(
-            f"user turns {_user_side_text(recorded)} in the baseline, {_user_side_text(user_side)} now "
-            "(other user turns or another length make other conversations)"
-        )
-    if mismatches and not force:
-        raise BaselineError(
-            f"baseline run {run.run_id} is not comparable with this run: {'; '.join(mismatches)}. "
-            f"Record a new baseline with the same scenarios and judge, or pass {force_hint} to compare anyway",
-            file=baseline.path,
-        )
-    return mismatches
-
-
-def _user_side_text(side: tuple[str | None, str, int | None]) -> str:
-    user_model, mode, turns = side
-    writer = f"by {user_model!r} ({mode} mode)" if user_model else "scripted"
-    return f"{writer}, {turns or 'as scripted'} turns"

@@ -175,8 +175,10 @@ def trajectory_lines(summary: dict) -> list[str]:
 
 
 def run_warnings(summary: dict) -> list[str]:
-    """What a reader must know before believing the numbers (the offline toy judge)."""
-    return [summary["run"]["judge_warning"]] if summary["run"].get("judge_warning") else []
+    """What a reader must know before believing the numbers (the offline toy judge) or the bill
+    (the transport's warnings)."""
+    run = summary["run"]
+    return ([run["judge_warning"]] if run.get("judge_warning") else []) + list(run.get("transport_warnings", []))
 
 
 def terminal_text(text: str) -> str:

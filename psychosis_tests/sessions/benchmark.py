@@ -208,7 +208,8 @@ class BenchmarkSession:
 
     def write_results(self) -> dict:
         """Write results.json and the summaries of the recorded cases; returns the summary."""
-        return write_run_results(self, extra_metadata={"spent_usd": round(self.spent, 6)})
+        warnings = self._runner.transport_warnings if self._runner is not None else []
+        return write_run_results(self, extra_metadata={"spent_usd": round(self.spent, 6), "transport_warnings": warnings})
 
     def close(self) -> None:
         if self._runner is not None:
