@@ -15,8 +15,9 @@ def test_a_cascade_run_reports_its_escalations_and_savings(benchmark_runner: Ben
         {"id": "priced-judge", "model": "judge", "base_url": loopback.url, "price": {"input_per_mtok": 2.5, "output_per_mtok": 10}},
     ])  # fmt: skip
     result, run_dir = benchmark_runner.run_creating_one_folder(
-        f"--models-file={models}", "--model=reference/sycophant", "--judge=trained", "--escalate-to=priced-judge",
-        "-k", "conduit",
+        # reference/mixed sits on the phase limits, so some doubtful turns decide their case
+        f"--models-file={models}", "--model=reference/mixed", "--judge=trained", "--escalate-to=priced-judge",
+        "--escalate-threshold=0.9", "-k", "conduit",
     )  # fmt: skip
     summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
     found = summary["escalation"]

@@ -17,7 +17,7 @@ from psychosis_tests.engine.plan import Plan
 def escalation_summary(outcomes: Iterable[CaseOutcome | None], plan: Plan, usage: list[dict]) -> dict | None:
     """The cascade's figures over the judged cases; None when no verdict says which judge of a
     cascade decided it (the run's judge is not a cascade, or it judged no turn)."""
-    judged = escalated = kept = 0
+    judged = escalated = doubtful_kept = 0
     for outcome in outcomes:
         if outcome is None:
             continue
@@ -27,24 +27,24 @@ def escalation_summary(outcomes: Iterable[CaseOutcome | None], plan: Plan, usage
                     continue
                 judged += 1
                 escalated += turn.verdict.escalated is not None
-                kept += turn.verdict.kept is not None
+                doubtful_kept += turn.verdict.kept is not None
     if not judged:
         return None
     row = next((r for r in usage if r["role"] == "judge" and r["model"] == plan.panel.id), None)
     calls = row["calls"] if row else 0
     tokens = row["prompt_tokens"] + row["completion_tokens"] if row else 0
     spent = row["cost_with_cache_hits_usd"] if row else None
-    kept = judged - escalated
+    not_escalated = judged - escalated
 
     def saved(total: float) -> float:
-        return total / escalated * kept if escalated else 0.0
+        return total / escalated * not_escalated if escalated else 0.0
 
     return {
         "judge": plan.panel.id,
         "judged_turns": judged,
         "escalated_turns": escalated,
         "rate": round(escalated / judged, 6),
-        "kept_doubtful_turns": kept,
+        "kept_doubtful_turns": doubtful_kept,
         "escalation_calls": calls,
         "calls_saved": round(saved(calls)),
         "tokens_saved": round(saved(tokens)),
