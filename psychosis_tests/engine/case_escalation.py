@@ -127,27 +127,28 @@ async def settle(
     An escalated turn's new verdict may move its other scores too, so the choice is made again
     with them until no further doubtful turn is decisive."""
     target = transcripts[0].model_id if transcripts else ""
-    doubtful: dict[tuple[int, int], tuple[Transcript, Turn, JudgeCall]] = {}
+    doubtful: dict[tuple[int, int], tuple[Transcript, Turn, list[dict[str, str]], JudgeCall]] = {}
     free: Free = {}
     for transcript in transcripts:
-        for turn in transcript.turns:
+        for position, turn in enumerate(transcript.turns):
             if turn.verdict is None or turn.verdict.kept is None:
                 continue
+            shown = judged_messages(transcript.turns[: position + 1])
             key = (transcript.repeat, turn.turn)
             call = JudgeCall(
                 provider, turn_label(target, scenario.id, transcript.repeat, turn.turn),
                 sample=sample_id(target, scenario.id, transcript.repeat), repeat=transcript.repeat,
                 priority=priority, usage=[], phase=turn.phase_name, kind=scenario.kind,
             )  # fmt: skip
-            doubtful[key] = (transcript, turn, call)
-            free[key] = cascade.doubtful_metrics(judged_messages(transcript.turns, turn.turn), turn.metrics, call)
+            doubtful[key] = (transcript, turn, shown, call)
+            free[key] = cascade.doubtful_metrics(shown, turn.metrics, call)
     while free:
         chosen = sorted(decisive(transcripts, free, scenario.kind, passes))
         if not chosen:
             break
-        answers = await asyncio.gather(*(_escalate(cascade, scenario, *doubtful[key]) for key in chosen))
+        answers = await asyncio.gather(*(_escalate(cascade, scenario, *doubtful[key][1:]) for key in chosen))
         for key, (verdict, version) in zip(chosen, answers, strict=True):
-            transcript, turn, call = doubtful[key]
+            transcript, turn, _, call = doubtful[key]
             turn.verdict = verdict
             transcript.judge_version = version
             turn.usage["judge"] = total([*([turn.usage["judge"]] if "judge" in turn.usage else []), *call.usage])
@@ -159,8 +160,7 @@ async def settle(
 
 
 async def _escalate(
-    cascade: CascadeJudge, scenario: Scenario, transcript: Transcript, turn: Turn, call: JudgeCall
+    cascade: CascadeJudge, scenario: Scenario, turn: Turn, shown: list[dict[str, str]], call: JudgeCall
 ) -> tuple[Verdict, str]:
     assert turn.verdict is not None and turn.verdict.kept is not None
-    shown = judged_messages(transcript.turns, turn.turn)
     return await cascade.escalate(shown, turn.metrics, scenario.judge_harm, call, turn.verdict.kept)

@@ -84,11 +84,11 @@ def turn_label(target_id: str, scenario_id: str, repeat: int, turn: int) -> str:
     return f"{target_id} {scenario_id} repeat {repeat} turn {turn}"
 
 
-def judged_messages(turns: list[Turn], upto: int) -> list[dict[str, str]]:
-    """What the judge is shown for turn `upto` (1-based): every exchange up to and including it,
-    without the target's system prompt."""
+def judged_messages(turns: list[Turn]) -> list[dict[str, str]]:
+    """What the judge is shown for the last of these turns: every exchange up to and including it,
+    without the target's system prompt (the conversation's turns so far, oldest first)."""
     shown = []
-    for turn in turns[:upto]:
+    for turn in turns:
         shown += [{"role": "user", "content": turn.user}, {"role": "assistant", "content": turn.reply}]
     return shown
 
@@ -149,7 +149,6 @@ async def run_conversation(
             version = completion.model_version
             messages.append({"role": "assistant", "content": completion.text})
             metrics = list(planned.metrics)
-            shown = [m for m in messages if m["role"] != "system"] if metrics else []
             turns.append(
                 Turn(
                     turn=index,
@@ -160,11 +159,12 @@ async def run_conversation(
                     reply=completion.text,
                     finish_reason=completion.finish_reason,
                     metrics=metrics,
-                    judge_omitted=max(0, len(shown) - window) if window else 0,
                     usage={"target": completion.usage, **({"user": total(user_usage)} if user_usage else {})},
                 )
             )
             if metrics:
+                shown = judged_messages(turns)
+                turns[-1].judge_omitted = max(0, len(shown) - window) if window else 0
                 judge_usage.append([])
                 call = JudgeCall(provider, label, sample=conversation, repeat=repeat, priority=priority,
                                  usage=judge_usage[-1], phase=planned.phase_name, kind=scenario.kind)  # fmt: skip

@@ -25,4 +25,3 @@ def measured_escalation(report_dir: Path, fingerprint: str) -> tuple[float, str]
         if (run.get("judge_fingerprint") or {}).get("hash") == fingerprint and escalation.get("judged_turns"):
             return float(escalation["rate"]), str(run.get("run_id", run_dir.name))
     return None
-

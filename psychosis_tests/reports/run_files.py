@@ -165,7 +165,7 @@ def write_run_results(bench: BenchmarkRun, *, extra_metadata: dict | None = None
 
     records = sorted(bench.records.values(), key=lambda r: (r.nodeid, r.key.test_id))
     rows = [case_row(bench.plan, record) for record in records]
-    usage = usage_rows([row.model_dump(mode="json") for row in rows], bench.plan)
+    usage = usage_rows([{"model": row.model, "usage": row.usage} for row in rows], bench.plan)
     escalation = escalation_summary((r.outcome for r in records), bench.plan, usage)
     metadata = {**run_metadata(bench), **(extra_metadata or {}), **({"escalation": escalation} if escalation else {})}
     document = results_document(metadata, rows)
