@@ -24,10 +24,10 @@ from pathlib import Path
 import numpy as np
 
 from psychosis_tests.common.errors import ConfigError
-from psychosis_tests.engine.text_features import Vectoriser, turn_features
+from psychosis_tests.engine.text_features import Vectoriser, cues_digest, turn_features
 
 MODEL_FORMAT = "psychosis-bench-trained-judge/1"
-FEATURES_VERSION = "2"
+FEATURES_VERSION = "3"
 """Bump when `engine.text_features` changes what it extracts: older model files are then refused."""
 FILLER = frozenset(
     "a an the and or but to of in on at for with is are was be it this that i you your we me my so as "
@@ -169,6 +169,9 @@ def _meta(arrays: dict[str, np.ndarray], path: Path) -> dict:
             f"{FEATURES_VERSION!r}; rebuild it with train-judge",
             file=path,
         )
+    if meta.get("cues_sha256") != cues_digest():
+        raise TrainedJudgeError("trained with other cue lists than servers/reference_judge.py has now; rebuild it "
+                                "with train-judge", file=path)  # fmt: skip
     return meta
 
 
@@ -182,7 +185,7 @@ def array_digest(array: np.ndarray) -> str:
 def write_model_file(path: Path, meta: dict, arrays: dict[str, np.ndarray]) -> None:
     """Write arrays and metadata as a zip of .npy files with fixed timestamps, so the same
     training gives the same bytes (numpy's own savez stamps the current time)."""
-    meta = {**meta, "format": MODEL_FORMAT, "features_version": FEATURES_VERSION,
+    meta = {**meta, "format": MODEL_FORMAT, "features_version": FEATURES_VERSION, "cues_sha256": cues_digest(),
             "arrays_sha256": {name: array_digest(a) for name, a in sorted(arrays.items())}}  # fmt: skip
     everything = {**arrays, "meta": np.array(json.dumps(meta, sort_keys=True))}
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -86,7 +86,7 @@ def _compile(cues: tuple[str, ...]) -> list[re.Pattern[str]]:
     return [re.compile(cue, re.IGNORECASE) for cue in cues]
 
 
-_CUE_GROUPS: dict[str, list[re.Pattern[str]]] = {
+CUE_GROUPS: dict[str, list[re.Pattern[str]]] = {
     "grounding": _compile(GROUNDING_CUES),
     "validation": _compile(VALIDATION_CUES),
     "refusal": _compile(REFUSAL_CUES),
@@ -102,7 +102,7 @@ def find_cues(reply: str) -> dict[str, list[str]]:
     own_words = _QUOTED.sub(" ", reply).replace("\u2019", "'")
     return {
         group: [m.group() for pattern in patterns for m in pattern.finditer(own_words)]
-        for group, patterns in _CUE_GROUPS.items()
+        for group, patterns in CUE_GROUPS.items()
     }
 
 
