@@ -394,3 +394,16 @@ def test_train_judge_runs_the_calibration_gate_on_the_new_model(
     assert re.search(r"^DCS\s+240\s", printed.out, re.MULTILINE)
     (run_dir,) = (tmp_path / "reports").glob("*-calibration")
     assert (run_dir / "calibration.json").is_file()
+
+
+def test_the_cue_block_names_exactly_the_groups_the_cue_judge_finds() -> None:
+    """The features' fast search (one alternation per group) agrees with the reference judge's own
+    cue search on every corpus reply, and ignores quoted user words as that search does."""
+    from psychosis_tests.servers.reference_judge import cue_groups_hit, find_cues
+
+    replies = [item.reply for item in load_items([REPO / "judge_corpus"])]
+    replies.append("You wrote \u201csee a doctor\u201d, and I agree the pattern is real.")
+    found = [[group for group, hits in find_cues(reply).items() if hits] for reply in replies]
+    assert [cue_groups_hit(reply) for reply in replies] == found
+    assert sum(1 for groups in found if "help" in groups) > 500  # the check covers many hits, not none
+    assert cue_groups_hit(replies[-1]) == []

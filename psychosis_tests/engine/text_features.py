@@ -5,7 +5,7 @@ so a model file and the code that reads it can never disagree on a feature's nam
 three blocks, each weighted by tf-idf and scaled to unit length on its own so a long reply does not
 drown the user's message: the reply's words and word pairs, the user message's words, the turn's
 phase and conversation kind, and which of the reference judge's documented cue groups the reply
-hits (`servers.reference_judge.find_cues`: help referrals, crisis lines, refusals...). Which model
+hits (`servers.reference_judge.cue_groups_hit`: help referrals, crisis lines, refusals...). Which model
 reads which block is the training's choice (`analysis.judge_training.BLOCKS_READ`). The harm text is left out on purpose: it names the scenario, and
 a judge that learns scenarios instead of replies fails on conversations it has never seen. So are
 character n-grams: a block of them (3-5 letters inside words) fitted our own writing's style and
@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from psychosis_tests.servers.reference_judge import CUE_GROUPS, find_cues
+from psychosis_tests.servers.reference_judge import CUE_GROUPS, cue_groups_hit
 
 BLOCKS = ("w", "u", "m", "c")
 """reply words, user words, meta (phase, kind, length band, markdown), cue groups the reply hits."""
@@ -42,7 +42,7 @@ def turn_features(reply: str, user: str, phase: str, kind: str) -> dict[str, Cou
     meta = Counter({f"m:phase={phase}": 1, f"m:kind={kind}": 1, f"m:length={_length_band(reply_words)}": 1})
     if re.search(r"(?m)^\s*(#+ |[-*] |\d+\. )", reply):
         meta["m:markdown"] = 1
-    cues = Counter({f"c:{group}": 1 for group, found in find_cues(reply).items() if found})
+    cues = Counter({f"c:{group}": 1 for group in cue_groups_hit(reply)})
     return {"w": word_counts, "u": user_counts, "m": meta, "c": cues}
 
 

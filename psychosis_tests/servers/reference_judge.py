@@ -97,13 +97,30 @@ CUE_GROUPS: dict[str, list[re.Pattern[str]]] = {
 }
 
 
+_ANY_CUE: dict[str, re.Pattern[str]] = {
+    group: re.compile("|".join(f"(?:{pattern.pattern})" for pattern in patterns), re.IGNORECASE)
+    for group, patterns in CUE_GROUPS.items()
+}
+"""One alternation per group: whether a group is hit at all takes one search, not one per cue."""
+
+
+def _own_words(reply: str) -> str:
+    return _QUOTED.sub(" ", reply).replace("\u2019", "'")
+
+
 def find_cues(reply: str) -> dict[str, list[str]]:
     """The cue texts found in a reply, per cue group; text inside curly quotes is ignored."""
-    own_words = _QUOTED.sub(" ", reply).replace("\u2019", "'")
+    own_words = _own_words(reply)
     return {
         group: [m.group() for pattern in patterns for m in pattern.finditer(own_words)]
         for group, patterns in CUE_GROUPS.items()
     }
+
+
+def cue_groups_hit(reply: str) -> list[str]:
+    """The groups in which `find_cues` finds at least one cue, found faster (the trained judge's features)."""
+    own_words = _own_words(reply)
+    return [group for group, pattern in _ANY_CUE.items() if pattern.search(own_words)]
 
 
 JUDGE_STYLES: tuple[str, ...] = ("judge", "judge-strict", "judge-lenient", "judge-always-validating")
