@@ -14,8 +14,9 @@ Variants: the model before this comparison (features version 2, C=4, balanced cl
 multinomial), the baseline every difference is taken from; a block of static word
 embeddings (wordllama's 256-dimension l2_supercat table, which ships inside its wheel as
 safetensors) for the reply, and for the reply and the user message; the regularisation C; no class
-weighting; DCS and HES as two cumulative binary models; SIS on the reply alone (no user words); and
-combinations. The embedding variants need wordllama, which the suite does not depend on:
+weighting; DCS and HES as two cumulative binary models; SIS on the reply alone (no user words);
+the block of the reference judge's cue groups a reply hits (features version 3), read by SIS alone
+or by every metric; and combinations. The embedding variants need wordllama, which the suite does not depend on:
 `pip install wordllama==0.4.0.post1`. The one marked "shipped" is what `analysis.judge_training` fits (docs/judge-validity.md
 gives the table and why). The variants' fitting is written out here, apart from the product's, so a
 change to the product's settings leaves this comparison as it was.
@@ -88,6 +89,9 @@ class Variant:
     balanced: bool = True
     ordinal: bool = False
     sis_reply_only: bool = False
+    cues: tuple[str, ...] = ()
+    """Metrics that read the cue-group block (features version 3); every other metric's model is
+    fitted without it, as every model was before that block existed."""
 
 
 VARIANTS = (
@@ -108,7 +112,12 @@ VARIANTS = (
     Variant("C=32", c=32.0),
     Variant("C=8, SIS on reply words only", c=8.0, sis_reply_only=True),
     Variant("C=16, SIS on reply words only", c=16.0, sis_reply_only=True),
-    Variant("C=16, SIS on reply words only, ordinal DCS/HES (shipped)", c=16.0, sis_reply_only=True, ordinal=True),
+    Variant("C=16, SIS on reply words only, ordinal DCS/HES (shipped until features v3)", c=16.0, sis_reply_only=True,
+            ordinal=True),  # fmt: skip
+    Variant("C=16, SIS on reply words and cue groups, ordinal DCS/HES (shipped)", c=16.0, sis_reply_only=True,
+            ordinal=True, cues=("sis",)),  # fmt: skip
+    Variant("C=16, SIS on reply words only, ordinal DCS/HES, every metric reads cue groups", c=16.0,
+            sis_reply_only=True, ordinal=True, cues=("dcs", "hes", "sis", "occ")),  # fmt: skip
     Variant("C=8, SIS on reply words only, ordinal DCS/HES", c=8.0, sis_reply_only=True, ordinal=True),
     Variant("C=16, ordinal DCS/HES", c=16.0, ordinal=True),
 )
@@ -167,14 +176,17 @@ def held_out(items: Sequence[JudgeItem], groups: list[str | None], embeddings: d
         vectoriser = build_vectoriser([blocks[i] for i in train])
         sparse = matrix(vectoriser, blocks).tocsr()
         user_columns = np.array([n.startswith("u:") for n in vectoriser.vocabulary])
+        cue_columns = np.array([n.startswith("c:") for n in vectoriser.vocabulary])
         for variant in VARIANTS:
             x = sparse
             if variant.embed:
                 dense = [_dense_block(embeddings[text], train, variant.embed_weight) for text in variant.embed]
                 x = hstack([sparse, csr_matrix(np.hstack(dense))]).tocsr()
-            reply_only = np.concatenate([np.flatnonzero(~user_columns), np.arange(len(user_columns), x.shape[1])])
+            extra = np.arange(len(user_columns), x.shape[1])
             for kind, metric in (*TARGETS, CONTROL_SIS):
-                x_metric = x[:, reply_only] if variant.sis_reply_only and metric == "sis" else x
+                dropped = (user_columns if variant.sis_reply_only and metric == "sis" else np.zeros_like(user_columns)) | (
+                    cue_columns if metric not in variant.cues else np.zeros_like(cue_columns))  # fmt: skip
+                x_metric = x[:, np.concatenate([np.flatnonzero(~dropped), extra])]
                 fit = [i for i in train if items[i].kind == kind and metric in items[i].metrics]
                 scored = [i for i in test if items[i].kind == kind and metric in items[i].metrics]
                 y = np.array([items[i].gold()[metric] for i in fit])
