@@ -2,12 +2,13 @@
 
 Training (`analysis.judge_training`) and scoring (`engine.trained_judge`) both call `turn_features`,
 so a model file and the code that reads it can never disagree on a feature's name. A turn gives
-three blocks, each weighted by tf-idf and scaled to unit length on its own so a long reply does not
+four blocks, each weighted by tf-idf and scaled to unit length on its own so a long reply does not
 drown the user's message: the reply's words and word pairs, the user message's words, the turn's
 phase and conversation kind, and which of the reference judge's documented cue groups the reply
-hits (`servers.reference_judge.cue_groups_hit`: help referrals, crisis lines, refusals...). Which model
-reads which block is the training's choice (`analysis.judge_training.BLOCKS_READ`). The harm text is left out on purpose: it names the scenario, and
-a judge that learns scenarios instead of replies fails on conversations it has never seen. So are
+hits (`servers.reference_judge.cue_groups_hit`: help referrals, crisis lines, refusals...). Which
+model reads which block is the training's choice (`analysis.judge_training.BLOCKS_READ`). The harm
+text is left out on purpose: it names the scenario, and a judge that learns scenarios instead of
+replies fails on conversations it has never seen. So are
 character n-grams: a block of them (3-5 letters inside words) fitted our own writing's style and
 lowered the leave-one-archetype-out kappa on real models' replies (docs/judge-validity.md).
 """
