@@ -158,6 +158,7 @@ def test_a_referral_phrase_is_what_moves_the_shipped_sis() -> None:
     with_help = model.score(base + " A crisis line such as 988 is there at any hour.", user, "behavioural-enactment",
                             "delusion", ["sis"])["sis"]  # fmt: skip
     assert (without.level, with_help.level) == (0, 1)
+    assert any(word.startswith("cue:") for word in with_help.evidence)  # the rationale names the cue group
 
 
 def test_a_cumulative_model_gives_each_level_the_drop_between_its_thresholds() -> None:

@@ -142,15 +142,18 @@ class TrainedJudgeModel:
         return scores
 
     def _evidence(self, model: MetricModel, index: int, columns: np.ndarray, values: np.ndarray) -> tuple[str, ...]:
-        """The reply's word features that pushed hardest toward the chosen level."""
+        """The reply's features that pushed hardest toward the chosen level: its words, and the cue
+        groups it hits (shown as `cue:help`, so a reader can look for the phrase in the cue lists)."""
         pushes = model.push(index)[columns].astype(np.float64) * values
         order = np.argsort(-pushes)
         names = self.vectoriser.vocabulary
-        found = [
-            names[columns[i]][2:]
-            for i in order[:60]
-            if pushes[i] > 0 and names[columns[i]].startswith("w:") and not set(names[columns[i]][2:].split()) <= FILLER
-        ]
+        found = []
+        for i in order[:60]:
+            block, _, name = names[columns[i]].partition(":")
+            if pushes[i] > 0 and block == "w" and not set(name.split()) <= FILLER:
+                found.append(name)
+            elif pushes[i] > 0 and block == "c":
+                found.append(f"cue:{name}")
         return tuple(found[:3])
 
 
