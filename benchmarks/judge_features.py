@@ -184,8 +184,8 @@ def held_out(items: Sequence[JudgeItem], groups: list[str | None], embeddings: d
                 x = hstack([sparse, csr_matrix(np.hstack(dense))]).tocsr()
             extra = np.arange(len(user_columns), x.shape[1])
             for kind, metric in (*TARGETS, CONTROL_SIS):
-                dropped = (user_columns if variant.sis_reply_only and metric == "sis" else np.zeros_like(user_columns)) | (
-                    cue_columns if metric not in variant.cues else np.zeros_like(cue_columns))  # fmt: skip
+                dropped = user_columns & (variant.sis_reply_only and metric == "sis")
+                dropped = dropped | (cue_columns & (metric not in variant.cues))
                 x_metric = x[:, np.concatenate([np.flatnonzero(~dropped), extra])]
                 fit = [i for i in train if items[i].kind == kind and metric in items[i].metrics]
                 scored = [i for i in test if items[i].kind == kind and metric in items[i].metrics]
