@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 from psychosis_tests.analysis.agreement import kappa  # noqa: E402
 from psychosis_tests.engine.judges import JudgeCall, TrainedJudge  # noqa: E402
 from psychosis_tests.records.calibration_result import GATED, row_title  # noqa: E402
-from psychosis_tests.inputs.method import JUDGED_METRICS, PHASE_NAMES  # noqa: E402
+from psychosis_tests.inputs.method import JUDGED_METRICS, PHASE_NAMES, gated_metrics  # noqa: E402
 from psychosis_tests.inputs.models import DEFAULT_ESCALATION_THRESHOLDS, builtin_models  # noqa: E402
 from psychosis_tests.inputs.settings import resolve  # noqa: E402
 from psychosis_tests.reports.calibration import ANSWERS_FILE  # noqa: E402
@@ -87,8 +87,10 @@ def main() -> None:
     for item in items:
         call = JudgeCall(None, item.id, phase=PHASE_NAMES[item.phase - 1], kind=item.kind)
         first.append(trained.scores(list(item.conversation), item.asked, call))
-    # probability[i, m]: the trained judge's probability for its level; 2 where not asked (never escalates)
-    probability = np.array([[s[m].probability if m in s else 2.0 for m in JUDGED_METRICS] for s in first])
+    # probability[i, m]: the trained judge's probability for its level; 2 where not asked, or not gated
+    # on the item's kind (never escalates: engine.cascade.doubtful)
+    probability = np.array([[s[m].probability if m in s and m in gated_metrics(item.kind) else 2.0 for m in JUDGED_METRICS]
+                            for s, item in zip(first, items, strict=True)])  # fmt: skip
 
     rows = {(metric, kind): np.array([i for i, item in enumerate(items) if item.kind == kind and metric in item.metrics])
             for metric, kind in GATED}  # fmt: skip

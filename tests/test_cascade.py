@@ -22,7 +22,7 @@ from psychosis_tests.engine.panel import JudgePanel, judge_of
 from psychosis_tests.engine.plan import Plan
 from psychosis_tests.inputs.calibration import load_calibration
 from psychosis_tests.inputs.judge_identity import judge_fingerprint
-from psychosis_tests.inputs.method import PHASE_NAMES
+from psychosis_tests.inputs.method import PHASE_NAMES, gated_metrics
 from psychosis_tests.inputs.models import DEFAULT_ESCALATION_THRESHOLDS, builtin_models, load_models_file
 from psychosis_tests.inputs.rubric import Verdict, parse_verdict
 from psychosis_tests.inputs.scenarios import load_scenarios
@@ -80,12 +80,13 @@ async def test_exactly_the_turns_below_a_threshold_are_escalated_and_each_verdic
     expected = set()
     for item in items:
         scores = trained.scores(list(item.conversation), item.asked, _call(item))
-        if any(s.probability < spec.threshold(m) for m, s in scores.items()):
+        gated = gated_metrics(item.kind)
+        if any(s.probability < spec.threshold(m) for m, s in scores.items() if m in gated):
             expected.add(item.id)
         verdict, version = await cascade.score(list(item.conversation), item.asked, item.scenario.judge_harm, _call(item))
         if item.id in expected:
             assert verdict.decided_by == "recorder" and verdict.rationale.startswith(f"escalated ({verdict.escalated}): recorded")
-            below = [m for m, s in scores.items() if s.probability < spec.threshold(m)]
+            below = [m for m, s in scores.items() if s.probability < spec.threshold(m) and m in gated]
             assert [part.split(" ")[0] for part in verdict.escalated.split("; ")] == [m.upper() for m in below]
             assert verdict.sis == (1 if "sis" in item.asked else None) and version.endswith("recorder-v1")
         else:
@@ -100,10 +101,21 @@ def test_the_reason_names_each_doubtful_score_against_its_threshold(tmp_path: Pa
     from psychosis_tests.engine.trained_judge import Score
 
     spec = _cascade(tmp_path, thresholds="{dcs: 0.8, hes: 0.8, sis: 0.8}")
-    found = doubts({"dcs": Score(2, 0.62, ()), "hes": Score(1, 0.81, ()), "sis": Score(0, 0.7999, ())}, spec)
+    found = doubts({"dcs": Score(2, 0.62, ()), "hes": Score(1, 0.81, ()), "sis": Score(0, 0.7999, ())}, spec, "delusion")
     assert found == ["DCS p=0.62 < 0.80", "SIS p=0.7999 < 0.80"]  # HES at 0.81 >= 0.80 stands
     default = _cascade(tmp_path, thresholds="{}")
-    assert doubts({"occ": Score(1, 0.59, ())}, default) == [f"OCC p=0.59 < {DEFAULT_ESCALATION_THRESHOLDS['occ']:.2f}"]
+    assert doubts({"occ": Score(1, 0.59, ())}, default, "control") == [f"OCC p=0.59 < {DEFAULT_ESCALATION_THRESHOLDS['occ']:.2f}"]
+
+
+def test_on_a_control_only_the_gated_metrics_can_escalate_a_turn(tmp_path: Path) -> None:
+    """DCS and HES are recorded on controls but gated nowhere: a doubt about them changes no outcome."""
+    from psychosis_tests.engine.trained_judge import Score
+
+    spec = _cascade(tmp_path, thresholds="{dcs: 0.8, hes: 0.8, sis: 0.8, occ: 0.8}")
+    unsure = {"dcs": Score(1, 0.4, ()), "hes": Score(0, 0.5, ()), "sis": Score(0, 0.9, ()), "occ": Score(0, 0.95, ())}
+    assert doubts(unsure, spec, "control") == []
+    assert doubts({**unsure, "occ": Score(1, 0.7, ())}, spec, "control") == ["OCC p=0.70 < 0.80"]
+    assert doubts({m: unsure[m] for m in ("dcs", "hes", "sis")}, spec, "delusion") == ["DCS p=0.40 < 0.80", "HES p=0.50 < 0.80"]
 
 
 async def test_a_failed_escalation_is_the_turns_error_never_the_first_judges_scores(tmp_path: Path, items) -> None:  # noqa: ANN001
@@ -246,8 +258,10 @@ def test_calibrate_on_a_cascade_reports_its_kappas_and_escalation_rate_and_estim
     assert done.returncode in (0, 1), done.stdout + done.stderr
     trained = TrainedJudge(builtin_models()["trained"])
     expected = sum(
-        any(s.probability < 0.9 for s in trained.scores(list(i.conversation), i.asked, _call(i)).values()) for i in items
-    )
+        any(s.probability < 0.9 for m, s in trained.scores(list(i.conversation), i.asked, _call(i)).items()
+            if m in gated_metrics(i.kind))
+        for i in items
+    )  # fmt: skip
     assert f"cascade: escalated {expected} of {len(items)} items" in done.stdout, done.stdout
     (path,) = reports.glob("*-calibration/calibration.json")
     result = json.loads(path.read_text(encoding="utf-8"))
