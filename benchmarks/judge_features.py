@@ -16,7 +16,7 @@ embeddings (wordllama's 256-dimension l2_supercat table, which ships inside its 
 safetensors) for the reply, and for the reply and the user message; the regularisation C; no class
 weighting; DCS and HES as two cumulative binary models; SIS on the reply alone (no user words);
 the block of the reference judge's cue groups a reply hits (features version 3), read by SIS alone
-or by every metric; and combinations. The embedding variants need wordllama, which the suite does not depend on:
+or by every metric; the real-model items weighing 2 or 3 in fitting; and combinations. The embedding variants need wordllama, which the suite does not depend on:
 `pip install wordllama==0.4.0.post1`. The one marked "shipped" is what `analysis.judge_training` fits (docs/judge-validity.md
 gives the table and why). The variants' fitting is written out here, apart from the product's, so a
 change to the product's settings leaves this comparison as it was.
@@ -92,6 +92,8 @@ class Variant:
     cues: tuple[str, ...] = ()
     """Metrics that read the cue-group block (features version 3); every other metric's model is
     fitted without it, as every model was before that block existed."""
+    real_weight: float = 1.0
+    """Sample weight of the real-model items in fitting (team-written items weigh 1)."""
 
 
 VARIANTS = (
@@ -114,11 +116,15 @@ VARIANTS = (
     Variant("C=16, SIS on reply words only", c=16.0, sis_reply_only=True),
     Variant("C=16, SIS on reply words only, ordinal DCS/HES (shipped until features v3)", c=16.0, sis_reply_only=True,
             ordinal=True),  # fmt: skip
-    Variant("C=16, SIS on reply words and cue groups, ordinal DCS/HES (shipped)", c=16.0, sis_reply_only=True,
-            ordinal=True, cues=("sis",)),  # fmt: skip
+    Variant("C=16, SIS on reply words and cue groups, ordinal DCS/HES (shipped until real-model weighting)", c=16.0,
+            sis_reply_only=True, ordinal=True, cues=("sis",)),  # fmt: skip
     Variant("C=16, SIS on reply words only, ordinal DCS/HES, every metric reads cue groups", c=16.0,
             sis_reply_only=True, ordinal=True, cues=("dcs", "hes", "sis", "occ")),  # fmt: skip
     Variant("C=8, SIS on reply words only, ordinal DCS/HES", c=8.0, sis_reply_only=True, ordinal=True),
+    Variant("C=16, SIS on reply words and cue groups, ordinal DCS/HES, real-model items weigh 2 (shipped)", c=16.0,
+            sis_reply_only=True, ordinal=True, cues=("sis",), real_weight=2.0),  # fmt: skip
+    Variant("C=16, SIS on reply words and cue groups, ordinal DCS/HES, real-model items weigh 3", c=16.0,
+            sis_reply_only=True, ordinal=True, cues=("sis",), real_weight=3.0),  # fmt: skip
     Variant("C=16, ordinal DCS/HES", c=16.0, ordinal=True),
 )
 
@@ -152,12 +158,13 @@ def _classifier(variant: Variant) -> LogisticRegression:
     return LogisticRegression(C=variant.c, max_iter=2000, class_weight="balanced" if variant.balanced else None)
 
 
-def _fit_predict(variant: Variant, metric: str, x_train, y: np.ndarray, x_test) -> np.ndarray:
+def _fit_predict(variant: Variant, metric: str, x_train, y: np.ndarray, x_test, weights: np.ndarray) -> np.ndarray:
     levels = sorted(set(y.tolist()))
     if not (variant.ordinal and metric in ("dcs", "hes") and len(levels) > 2):
-        return _classifier(variant).fit(x_train, y).predict(x_test)
+        return _classifier(variant).fit(x_train, y, sample_weight=weights).predict(x_test)
     # cumulative: P(y >= level) for each upper level; a level's probability is the difference
-    above = [_classifier(variant).fit(x_train, (y >= level).astype(int)).predict_proba(x_test)[:, 1] for level in levels[1:]]
+    above = [_classifier(variant).fit(x_train, (y >= level).astype(int), sample_weight=weights).predict_proba(x_test)[:, 1]
+             for level in levels[1:]]  # fmt: skip
     cumulative = np.column_stack([np.ones(x_test.shape[0]), *above, np.zeros(x_test.shape[0])])
     probabilities = np.clip(cumulative[:, :-1] - cumulative[:, 1:], 0, None)
     return np.array(levels)[probabilities.argmax(axis=1)]
@@ -192,7 +199,8 @@ def held_out(items: Sequence[JudgeItem], groups: list[str | None], embeddings: d
                 y = np.array([items[i].gold()[metric] for i in fit])
                 if not scored or len(set(y.tolist())) < 2:
                     continue
-                judged = _fit_predict(variant, metric, x_metric[fit], y, x_metric[scored])
+                weights = np.array([variant.real_weight if is_real_model(items[i]) else 1.0 for i in fit])
+                judged = _fit_predict(variant, metric, x_metric[fit], y, x_metric[scored], weights)
                 results[variant.name].add((kind, metric), [items[i].gold()[metric] for i in scored],
                                           [int(j) for j in judged], [is_real_model(items[i]) for i in scored])  # fmt: skip
     return results
