@@ -8,14 +8,19 @@ The escalation judge scores every calibration item once, through `calibrate` (th
 judge path; its answers.jsonl), and the trained judge gives its level and probability per metric
 in-process. A cascade at thresholds T takes the escalation judge's verdict on the items where some
 asked metric's probability is below its threshold, the trained judge's elsewhere: so every
-threshold's kappas come from those two sets of answers, without judging again. Printed:
+threshold's kappas come from those two sets of answers, without judging again. Only the metrics
+the gate reads on an item's kind can escalate it, as in the cascade itself. Printed:
 
 1. the curve with one threshold for every metric: escalation rate and kappa per gated row, and
    the point of the default thresholds;
 2. the cheapest per-metric thresholds (grid of 0.05) reaching the figure of the issue (kappa at
-   least 0.95 for DCS and HES, 0.97 for both SIS rows), if any;
-3. a real `calibrate` of that cascade (`--judge trained --escalate-to ID --escalate-threshold ...`),
-   whose kappas and escalation rate must equal the sweep's.
+   least 0.95 for DCS and HES, 0.97 for both SIS rows) read off calibration/ itself: the best any
+   thresholds could do there, not a result, since they are chosen on the set that measures them;
+3. the cheapest thresholds reaching the figure on the corpus instead (`train-judge`'s
+   leave-one-archetype-out predictions, each held-out archetype escalated to its gold labels;
+   about a minute more), what they give on calibration/, and a real `calibrate` of that cascade
+   (`--judge trained --escalate-to ID --escalate-threshold ...`), whose kappas and escalation rate
+   must equal the sweep's.
 
 `reference/judge-gold` knows the gold labels (docs/reference-models.md): against it the curve is
 the best a cascade with this first judge can do; with a real judge the ceiling is that judge's own
@@ -34,6 +39,7 @@ import itertools  # noqa: E402
 import json  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -42,8 +48,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from psychosis_tests.analysis.agreement import kappa  # noqa: E402
+from psychosis_tests.analysis.judge_training import cross_validate  # noqa: E402
 from psychosis_tests.engine.judges import JudgeCall, TrainedJudge  # noqa: E402
 from psychosis_tests.records.calibration_result import GATED, row_title  # noqa: E402
+from psychosis_tests.inputs.judge_items import load_items  # noqa: E402
 from psychosis_tests.inputs.method import JUDGED_METRICS, PHASE_NAMES, gated_metrics  # noqa: E402
 from psychosis_tests.inputs.models import DEFAULT_ESCALATION_THRESHOLDS, builtin_models  # noqa: E402
 from psychosis_tests.inputs.settings import resolve  # noqa: E402
@@ -67,16 +75,49 @@ def calibrate(report_dir: Path, escalate_to: str, models_file: str | None, thres
     return session, session.run()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--escalate-to", default="reference/judge-gold", metavar="ID")
-    parser.add_argument("--models-file", metavar="PATH")
-    args = parser.parse_args()
-    scratch = Path(tempfile.mkdtemp(prefix="cascade-sweep-"))
+@dataclass
+class Simulation:
+    """A cascade on one labelled set, from two sets of answers: the trained judge's (its level and
+    that level's probability per item and metric) and the escalation judge's."""
 
-    session, alone = calibrate(scratch, args.escalate_to, args.models_file)
+    probability: np.ndarray
+    """[item, metric of JUDGED_METRICS]: the trained judge's probability for its level; 2 where the
+    metric is not asked or not gated on the item's kind (never escalates: engine.cascade.doubtful)."""
+    rows: dict[tuple[str, str], tuple[np.ndarray, list[int], list[int], list[int]]]
+    """Per gated row: its items, their gold labels, the trained judge's and the escalation judge's levels."""
+    known: dict[tuple, float | None] = field(default_factory=dict)
+
+    def escalated(self, thresholds: np.ndarray) -> np.ndarray:
+        return (self.probability < thresholds).any(axis=1)
+
+    def kappas(self, escalated: np.ndarray) -> dict[tuple[str, str], float | None]:
+        """Kappa per gated row of the cascade that escalates these items (remembered per row's subset)."""
+        found = {}
+        for (metric, kind), (on, gold, first, second) in self.rows.items():
+            key = (metric, kind, escalated[on].tobytes())
+            if key not in self.known:
+                judged = [b if up else a for a, b, up in zip(first, second, escalated[on], strict=True)]
+                self.known[key] = kappa(gold, judged, metric)
+            found[(metric, kind)] = self.known[key]
+        return found
+
+    def cheapest(self) -> tuple[np.ndarray, np.ndarray, dict] | None:
+        """The per-metric thresholds of the grid that reach FIGURE escalating the fewest items."""
+        grid = np.array(list(itertools.product(PER_METRIC, repeat=len(JUDGED_METRICS))))
+        rates = np.array([self.escalated(t).mean() for t in grid])
+        for index in np.argsort(rates, kind="stable"):
+            escalated = self.escalated(grid[index])
+            found = self.kappas(escalated)
+            if all(found[row] is not None and found[row] >= least for row, least in FIGURE.items()):
+                return grid[index], escalated, found
+        return None
+
+
+def calibration_simulation(escalate_to: str, models_file: str | None, scratch: Path) -> Simulation:
+    """The escalation judge's answers on calibration/ through `calibrate`; the trained judge's in-process."""
+    session, alone = calibrate(scratch, escalate_to, models_file)
     if alone.errors:
-        sys.exit(f"{args.escalate_to} could not judge {len(alone.errors)} item(s): {alone.errors[0]}")
+        sys.exit(f"{escalate_to} could not judge {len(alone.errors)} item(s): {alone.errors[0]}")
     answers = {}
     for line in (session.run_dir / ANSWERS_FILE).read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
@@ -87,70 +128,90 @@ def main() -> None:
     for item in items:
         call = JudgeCall(None, item.id, phase=PHASE_NAMES[item.phase - 1], kind=item.kind)
         first.append(trained.scores(list(item.conversation), item.asked, call))
-    # probability[i, m]: the trained judge's probability for its level; 2 where not asked, or not gated
-    # on the item's kind (never escalates: engine.cascade.doubtful)
     probability = np.array([[s[m].probability if m in s and m in gated_metrics(item.kind) else 2.0 for m in JUDGED_METRICS]
                             for s, item in zip(first, items, strict=True)])  # fmt: skip
+    rows = {}
+    for metric, kind in GATED:
+        on = np.array([i for i, item in enumerate(items) if item.kind == kind and metric in item.metrics])
+        rows[(metric, kind)] = (on, [items[i].gold(metric) for i in on], [first[i][metric].level for i in on],
+                                [answers[items[i].id][metric] for i in on])  # fmt: skip
+    return Simulation(probability, rows)
 
-    rows = {(metric, kind): np.array([i for i, item in enumerate(items) if item.kind == kind and metric in item.metrics])
-            for metric, kind in GATED}  # fmt: skip
-    known: dict[tuple, float | None] = {}
 
-    def kappas(escalated: np.ndarray) -> dict[tuple[str, str], float | None]:
-        """Kappa per gated row of the cascade that escalates these items (remembered per row's subset)."""
-        found = {}
-        for (metric, kind), on in rows.items():
-            key = (metric, kind, escalated[on].tobytes())
-            if key not in known:
-                gold = [items[i].gold(metric) for i in on]
-                judged = [answers[items[i].id][metric] if escalated[i] else first[i][metric].level for i in on]
-                known[key] = kappa(gold, judged, metric)
-            found[(metric, kind)] = known[key]
-        return found
+def corpus_simulation() -> Simulation:
+    """The corpus's leave-one-archetype-out predictions (as `train-judge` prints them), escalated to
+    the corpus's own gold labels: a perfect escalation judge on replies no fold was fitted on."""
+    items = load_items([ROOT / "judge_corpus"])
+    folds = cross_validate(items, lambda line: print(f"  {line}", file=sys.stderr, flush=True))
+    index = {item.id: n for n, item in enumerate(items)}
+    probability = np.full((len(items), len(JUDGED_METRICS)), 2.0)
+    by_row = {(fold.metric, fold.kind): fold for fold in folds}
+    rows = {}
+    for fold in (by_row[row] for row in GATED):
+        on = np.array([index[i] for i in fold.item_ids])
+        probability[on, JUDGED_METRICS.index(fold.metric)] = fold.probability
+        rows[(fold.metric, fold.kind)] = (on, fold.gold, fold.predicted, fold.gold)
+    return Simulation(probability, rows)
 
-    def show(found: dict) -> str:
-        return "  ".join(f"{row_title(*row)} {value:.3f}" if value is not None else f"{row_title(*row)} n/a"
-                         for row, value in found.items())  # fmt: skip
 
-    print(f"cascade trained -> {args.escalate_to} on {len(items)} calibration items")
-    print(f"{args.escalate_to} alone: {show(kappas(np.ones(len(items), bool)))}")
-    print(f"trained alone:       {show(kappas(np.zeros(len(items), bool)))}")
+def show(found: dict) -> str:
+    return "  ".join(f"{row_title(*row)} {value:.3f}" if value is not None else f"{row_title(*row)} n/a"
+                     for row, value in found.items())  # fmt: skip
+
+
+def spelled(thresholds: np.ndarray) -> str:
+    return ",".join(f"{m}={t:.2f}" for m, t in zip(JUDGED_METRICS, thresholds, strict=True))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--escalate-to", default="reference/judge-gold", metavar="ID")
+    parser.add_argument("--models-file", metavar="PATH")
+    args = parser.parse_args()
+    scratch = Path(tempfile.mkdtemp(prefix="cascade-sweep-"))
+    on_calibration = calibration_simulation(args.escalate_to, args.models_file, scratch)
+    count = len(on_calibration.probability)
+
+    print(f"cascade trained -> {args.escalate_to} on {count} calibration items")
+    print(f"{args.escalate_to} alone: {show(on_calibration.kappas(np.ones(count, bool)))}")
+    print(f"trained alone:       {show(on_calibration.kappas(np.zeros(count, bool)))}")
     print("\none threshold for every metric:")
     print(f"{'threshold':>9} {'escalated':>10}  kappas")
     for t in UNIFORM:
-        escalated = (probability < t).any(axis=1)
-        print(f"{t:>9.2f} {escalated.mean():>9.1%}  {show(kappas(escalated))}")
-
+        escalated = on_calibration.escalated(np.full(len(JUDGED_METRICS), t))
+        print(f"{t:>9.2f} {escalated.mean():>9.1%}  {show(on_calibration.kappas(escalated))}")
     defaults = np.array([DEFAULT_ESCALATION_THRESHOLDS[m] for m in JUDGED_METRICS])
-    escalated = (probability < defaults).any(axis=1)
-    print(f"\nthe default thresholds ({', '.join(f'{m} {t:.2f}' for m, t in zip(JUDGED_METRICS, defaults, strict=True))}): "
-          f"escalated {escalated.mean():.1%}; {show(kappas(escalated))}")  # fmt: skip
+    escalated = on_calibration.escalated(defaults)
+    print(f"\nthe default thresholds ({spelled(defaults)}): escalated {escalated.mean():.1%}; "
+          f"{show(on_calibration.kappas(escalated))}")  # fmt: skip
 
-    grid = np.array(list(itertools.product(PER_METRIC, repeat=len(JUDGED_METRICS))))
-    rates = (probability[None, :, :] < grid[:, None, :]).any(axis=2).mean(axis=1)
-    best = None
-    for index in np.argsort(rates, kind="stable"):
-        escalated = (probability < grid[index]).any(axis=1)
-        found = kappas(escalated)
-        if all(found[row] is not None and found[row] >= least for row, least in FIGURE.items()):
-            best = (grid[index], escalated, found)
-            break
-    print("\nthe figure (kappa >= 0.95 DCS and HES, >= 0.97 both SIS rows), cheapest per-metric thresholds:")
+    print("\nthe figure (kappa >= 0.95 DCS and HES, >= 0.97 both SIS rows):")
+    best = on_calibration.cheapest()
     if best is None:
-        print("  not reached at any thresholds of the grid")
+        print("  the cheapest thresholds read off calibration/ (not a result: chosen on the set they are measured on): none reaches it")
+    else:
+        print(f"  the cheapest thresholds read off calibration/ (not a result: chosen on the set they are measured on): "
+              f"{spelled(best[0])}, escalated {best[1].mean():.1%} ({best[1].sum()} of {count})")  # fmt: skip
+    print("  thresholds chosen on the corpus (leave one archetype out, escalated to its gold labels):", file=sys.stderr)
+    chosen = corpus_simulation().cheapest()
+    if chosen is None:
+        print("  the corpus's held-out archetypes reach the figure at no thresholds of the grid")
         return
-    thresholds = ",".join(f"{m}={t:.2f}" for m, t in zip(JUDGED_METRICS, best[0], strict=True))
-    print(f"  --escalate-threshold {thresholds}: escalated {best[1].mean():.1%} ({best[1].sum()} of {len(items)}); "
-          f"{show(best[2])}")  # fmt: skip
+    corpus_rate = chosen[1].mean()
+    escalated = on_calibration.escalated(chosen[0])
+    predicted = on_calibration.kappas(escalated)
+    print(f"  the cheapest thresholds on the corpus's held-out archetypes: {spelled(chosen[0])} (there: escalated "
+          f"{corpus_rate:.1%}; {show(chosen[2])})")  # fmt: skip
+    print(f"  on calibration/: escalated {escalated.mean():.1%} ({escalated.sum()} of {count}); {show(predicted)}")
 
-    _, result = calibrate(scratch, args.escalate_to, args.models_file, thresholds)
+    _, result = calibrate(scratch, args.escalate_to, args.models_file, spelled(chosen[0]))
     measured = {(m.metric, m.kind): m.kappa for m in result.metrics}
     rate = result.escalation.rate if result.escalation is not None else float("nan")
-    print(f"  calibrate --judge trained --escalate-to {args.escalate_to} --escalate-threshold {thresholds}:")
+    print(f"  calibrate --judge trained --escalate-to {args.escalate_to} --escalate-threshold {spelled(chosen[0])}:")
     print(f"  escalated {rate:.1%}; {show(measured)}; gate {'passed' if result.passed else 'FAILED'}")
-    same = abs(rate - best[1].mean()) < 1e-9 and all(
-        (measured[row] is None and best[2][row] is None) or abs((measured[row] or 0) - (best[2][row] or 0)) < 1e-9
-        for row in best[2]
+    same = abs(rate - escalated.mean()) < 1e-9 and all(
+        (measured[row] is None and predicted[row] is None) or abs((measured[row] or 0) - (predicted[row] or 0)) < 1e-9
+        for row in predicted
     )
     print(f"  the real run {'matches' if same else 'DOES NOT match'} the sweep")
 
