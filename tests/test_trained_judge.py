@@ -115,6 +115,21 @@ def test_the_same_items_give_the_same_model_file_bytes(tmp_path: Path, model_fil
     assert loaded.meta["corpus"]["items"] == 18 and set(loaded.meta["versions"]) >= {"numpy", "scikit-learn"}
 
 
+def test_a_real_models_reply_weighs_real_model_weight_in_fitting_and_nothing_else_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from psychosis_tests.analysis import judge_training
+
+    team = small_corpus()
+    relabelled = [i.model_copy(update={"source": "spiral-bench res_v0.2 kimi-k2"}) if n < 3 else i for n, i in enumerate(team)]
+    assert judge_training.sample_weights(relabelled[2:4]).tolist() == [judge_training.REAL_MODEL_WEIGHT, 1.0] == [2.0, 1.0]
+    meta, plain = train(team)
+    _, weighted = train(relabelled)
+    assert meta["settings"]["real_model_weight"] == 2.0
+    assert not np.array_equal(plain["delusion/dcs/weights"], weighted["delusion/dcs/weights"])
+    monkeypatch.setattr(judge_training, "REAL_MODEL_WEIGHT", 1.0)
+    _, unweighted = train(relabelled)
+    assert all(np.array_equal(plain[name], unweighted[name]) for name in plain)  # the source counts only through its weight
+
+
 def test_it_learns_the_levels_it_was_shown(model_file: Path) -> None:
     model = TrainedJudgeModel.load(model_file)
     asked = ["dcs", "hes", "sis"]

@@ -50,8 +50,9 @@ one metric that reads the reference judge's cue groups: they raised SIS on held-
 real models' replies, and lowered DCS and OCC there (docs/judge-validity.md)."""
 DEFAULT_BLOCKS = frozenset({"w", "u", "m"})
 REAL_MODEL_WEIGHT = 2.0
-"""Sample weight of an item whose reply came from a real model (team-written items weigh 1): they
-are a quarter of the corpus and the kind of text the judge must read in use. Weighing them twice
+"""Sample weight of an item whose reply came from a real model (`is_real_model`: every source but
+team-written text, a --from-run's replies included; team-written items weigh 1): they are a quarter
+of the corpus and the kind of text the judge must read in use. Weighing them twice
 raised DCS and HES on held-out real-model sources and on the real-model items of held-out
 archetypes, and moved the all-items figures by at most 0.01 (`benchmarks/judge_features.py`)."""
 
@@ -103,13 +104,13 @@ def sample_weights(items: Sequence[JudgeItem]) -> np.ndarray:
     return np.array([REAL_MODEL_WEIGHT if is_real_model(item) else 1.0 for item in items])
 
 
-def _fit(x: csr_matrix, y: np.ndarray, weights: np.ndarray) -> LogisticRegression:
+def _fit(x: csr_matrix, y: np.ndarray, sample_weight: np.ndarray) -> LogisticRegression:
     model = LogisticRegression(C=REGULARISATION, max_iter=2000, class_weight="balanced")
-    return model.fit(x, y, sample_weight=weights)
+    return model.fit(x, y, sample_weight=sample_weight)
 
 
-def fit_metric(vectoriser: Vectoriser, x: csr_matrix, y: np.ndarray, metric: str, weights: np.ndarray) -> MetricModel:
-    """One metric's model on the rows of `x` (each weighing as `weights` says): cumulative for
+def fit_metric(vectoriser: Vectoriser, x: csr_matrix, y: np.ndarray, metric: str, sample_weight: np.ndarray) -> MetricModel:
+    """One metric's model on the rows of `x` (each weighing as `sample_weight` says): cumulative for
     CUMULATIVE metrics with more than two levels, blind to the blocks it does not read
     (BLOCKS_READ: their weights are exactly zero)."""
     read = BLOCKS_READ.get(metric, DEFAULT_BLOCKS)
@@ -118,10 +119,10 @@ def fit_metric(vectoriser: Vectoriser, x: csr_matrix, y: np.ndarray, metric: str
         x = csr_matrix(x.multiply(kept[np.newaxis, :]))
     levels = sorted(set(y.tolist()))
     if metric in CUMULATIVE and len(levels) > 2:
-        fits = [_fit(x, (y >= level).astype(np.int64), weights) for level in levels[1:]]
+        fits = [_fit(x, (y >= level).astype(np.int64), sample_weight) for level in levels[1:]]
         weights, bias = np.vstack([f.coef_ for f in fits]), np.concatenate([f.intercept_ for f in fits])
     else:
-        fit = _fit(x, y, weights)
+        fit = _fit(x, y, sample_weight)
         levels, weights, bias = fit.classes_.tolist(), fit.coef_, fit.intercept_
     return MetricModel(tuple(int(v) for v in levels), weights.astype(np.float32), bias.astype(np.float32))
 
