@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from psychosis_tests.analysis.near_duplicates import NEAR_DUPLICATE_JACCARD, most_similar, overlaps
-from psychosis_tests.cli.train_judge import calibration_replies, refuse_calibration_copies
+from psychosis_tests.cli.train_judge import DEFAULT_CORPUS, calibration_replies, refuse_calibration_copies
 from psychosis_tests.common.errors import ConfigError
 from psychosis_tests.inputs.judge_items import JudgeItem, load_items
 from psychosis_tests.inputs.packs import pack_calibration_folders
@@ -17,6 +17,7 @@ from psychosis_tests.inputs.scenarios import load_scenarios
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "judge_corpus"
+HOLDOUT = REPO / "judge_holdout"
 MIN_ITEMS = 3000
 MIN_PER_LEVEL = 300
 
@@ -97,3 +98,21 @@ def test_train_judge_refuses_an_item_copying_a_pack_calibration_reply(corpus: li
     with pytest.raises(ConfigError) as caught:
         refuse_calibration_copies([corpus[0], copied], REPO / "calibration", REPO)
     assert f"training item {copied.id!r} repeats calibration item {pack_id!r} of packs/clinical/calibration" in str(caught.value)
+
+
+def test_the_real_model_holdout_is_apart_from_the_corpus_and_every_calibration_set(corpus: list[JudgeItem]) -> None:
+    """judge_holdout/ measures the trained judge on real models' replies it never saw: train-judge's
+    default corpus is not it and holds none of its items or replies, and no calibration reply is in it."""
+    holdout = load_items([HOLDOUT])
+    assert len(holdout) >= 1000
+    assert {i.source for i in holdout} == {f"spiral-bench res_v0.2 {m}" for m in
+                                           ("claude-3.5-sonnet", "claude-sonnet-4", "kimi-k2", "llama-4-maverick")}  # fmt: skip
+    assert {i.licence for i in holdout} == {"MIT (Spiral-Bench, Sam Paech)"}
+    assert (REPO / DEFAULT_CORPUS).resolve() == CORPUS.resolve() and CORPUS not in HOLDOUT.resolve().parents
+    assert not {i.id for i in holdout} & {i.id for i in corpus}
+    replies = [i.reply for i in holdout]
+    assert overlaps(replies, [i.reply for i in corpus]) == []
+    held_out = calibration_replies(REPO / "calibration")
+    for folder in pack_calibration_folders(REPO):
+        held_out += calibration_replies(folder)
+    assert overlaps(replies, [r for _, r in held_out]) == []
