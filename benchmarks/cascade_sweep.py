@@ -20,7 +20,9 @@ the gate reads on an item's kind can escalate it, as in the cascade itself. Prin
    leave-one-archetype-out predictions, each held-out archetype escalated to its gold labels;
    about a minute more), what they give on calibration/, and a real `calibrate` of that cascade
    (`--judge trained --escalate-to ID --escalate-threshold ...`), whose kappas and escalation rate
-   must equal the sweep's.
+   must equal the sweep's;
+4. DCS and HES on `judge_holdout/`, real models' replies the trained judge never trained on, each
+   escalated to its gold labels below the threshold: what the cascade costs on real models' text.
 
 `reference/judge-gold` knows the gold labels (docs/reference-models.md): against it the curve is
 the best a cascade with this first judge can do; with a real judge the ceiling is that judge's own
@@ -51,6 +53,7 @@ from psychosis_tests.analysis.agreement import kappa  # noqa: E402
 from psychosis_tests.analysis.judge_training import cross_validate  # noqa: E402
 from psychosis_tests.engine.judges import JudgeCall, TrainedJudge  # noqa: E402
 from psychosis_tests.records.calibration_result import GATED, row_title  # noqa: E402
+from psychosis_tests.inputs.item_calibration import calibration_set_from_items  # noqa: E402
 from psychosis_tests.inputs.judge_items import load_items  # noqa: E402
 from psychosis_tests.inputs.method import JUDGED_METRICS, PHASE_NAMES, gated_metrics  # noqa: E402
 from psychosis_tests.inputs.models import DEFAULT_ESCALATION_THRESHOLDS, builtin_models  # noqa: E402
@@ -154,6 +157,32 @@ def corpus_simulation() -> Simulation:
     return Simulation(probability, rows)
 
 
+def holdout_curve() -> None:
+    """DCS and HES on judge_holdout/ (real models' replies the trained judge never trained on), each
+    escalated to its gold labels wherever the trained judge's probability is under the threshold:
+    what a cascade costs on real models' text. The holdout has no control item and one referral,
+    so it says nothing of the SIS and OCC rows."""
+    items = calibration_set_from_items([ROOT / "judge_holdout"]).items
+    trained = TrainedJudge(builtin_models()["trained"])
+    print(f"\non judge_holdout/ ({len(items)} real models' replies never trained on), each metric escalated to gold "
+          "below the threshold:")  # fmt: skip
+    print(f"{'threshold':>9}  " + "  ".join(f"{m.upper()} escalated, kappa" for m in ("dcs", "hes")) + "  turns escalated")
+    scored = []
+    for item in items:
+        call = JudgeCall(None, item.id, phase=PHASE_NAMES[item.phase - 1], kind=item.kind)
+        scored.append(trained.scores(list(item.conversation), item.asked, call))
+    for t in PER_METRIC:
+        cells = []
+        for metric in ("dcs", "hes"):
+            on = [i for i, item in enumerate(items) if metric in item.metrics]
+            gold = [items[i].gold(metric) for i in on]
+            up = [scored[i][metric].probability < t for i in on]
+            judged = [g if u else scored[i][metric].level for i, g, u in zip(on, gold, up, strict=True)]
+            cells.append(f"{np.mean(up):>13.1%}, {kappa(gold, judged, metric):.3f}")
+        turns = np.mean([any(s[m].probability < t for m in ("dcs", "hes") if m in s) for s in scored])
+        print(f"{t:>9.2f}  " + "  ".join(cells) + f"  {turns:>15.1%}")
+
+
 def show(found: dict) -> str:
     return "  ".join(f"{row_title(*row)} {value:.3f}" if value is not None else f"{row_title(*row)} n/a"
                      for row, value in found.items())  # fmt: skip
@@ -196,7 +225,14 @@ def main() -> None:
     chosen = corpus_simulation().cheapest()
     if chosen is None:
         print("  the corpus's held-out archetypes reach the figure at no thresholds of the grid")
-        return
+    else:
+        check_corpus_choice(on_calibration, chosen, scratch, args)
+    holdout_curve()
+
+
+def check_corpus_choice(on_calibration: Simulation, chosen: tuple, scratch: Path, args: argparse.Namespace) -> None:
+    """The corpus's cheapest thresholds applied to calibration/, by the sweep and by a real `calibrate`."""
+    count = len(on_calibration.probability)
     corpus_rate = chosen[1].mean()
     escalated = on_calibration.escalated(chosen[0])
     predicted = on_calibration.kappas(escalated)
