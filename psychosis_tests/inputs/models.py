@@ -304,9 +304,9 @@ def builtin_models() -> dict[str, ModelSpec]:
             model="smollm2-135m-instruct",
             serve_local=LocalServing(),
             max_concurrency=4,
-            # Short replies keep the offline run within eight minutes on two cores (80 tokens:
+            # Short replies keep the offline run within eight minutes on two cores (64 tokens:
             # docs/performance.md; each reply also lengthens every later prompt of its conversation).
-            params=GenerationParams(temperature=0.7, max_tokens=80, seed=7),
+            params=GenerationParams(temperature=0.7, max_tokens=64, seed=7),
             judge_params=GenerationParams(temperature=0.0, max_tokens=256, seed=7),
             # A 135M model's window is small; the newest exchanges carry the verdict.
             judge_context_messages=4,
