@@ -41,6 +41,7 @@ import itertools  # noqa: E402
 import json  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
+from collections.abc import Callable, Collection  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -53,6 +54,7 @@ from psychosis_tests.analysis.agreement import kappa  # noqa: E402
 from psychosis_tests.analysis.judge_training import cross_validate  # noqa: E402
 from psychosis_tests.engine.judges import JudgeCall, TrainedJudge  # noqa: E402
 from psychosis_tests.records.calibration_result import GATED, row_title  # noqa: E402
+from psychosis_tests.inputs.calibration import CalibrationItem  # noqa: E402
 from psychosis_tests.inputs.item_calibration import calibration_set_from_items  # noqa: E402
 from psychosis_tests.inputs.judge_items import load_items  # noqa: E402
 from psychosis_tests.inputs.method import JUDGED_METRICS, PHASE_NAMES, gated_metrics  # noqa: E402
@@ -125,7 +127,12 @@ def calibration_simulation(escalate_to: str, models_file: str | None, scratch: P
     for line in (session.run_dir / ANSWERS_FILE).read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
         answers[row["item"]] = row["answers"][0]["scores"]
-    items = session.calibration.items
+    return trained_simulation(session.calibration.items, lambda item, metric: answers[item.id][metric])
+
+
+def trained_simulation(items: list[CalibrationItem], escalation_level: Callable[[CalibrationItem, str], int]) -> Simulation:
+    """The trained judge's levels and probabilities on calibration-set items, in-process, against
+    the escalation judge's `escalation_level(item, metric)`, over the gated rows the items hold."""
     trained = TrainedJudge(builtin_models()["trained"])
     first = []
     for item in items:
@@ -136,8 +143,9 @@ def calibration_simulation(escalate_to: str, models_file: str | None, scratch: P
     rows = {}
     for metric, kind in GATED:
         on = np.array([i for i, item in enumerate(items) if item.kind == kind and metric in item.metrics])
-        rows[(metric, kind)] = (on, [items[i].gold(metric) for i in on], [first[i][metric].level for i in on],
-                                [answers[items[i].id][metric] for i in on])  # fmt: skip
+        if len(on):
+            rows[(metric, kind)] = (on, [items[i].gold(metric) for i in on], [first[i][metric].level for i in on],
+                                    [escalation_level(items[i], metric) for i in on])  # fmt: skip
     return Simulation(probability, rows)
 
 
@@ -157,30 +165,33 @@ def corpus_simulation() -> Simulation:
     return Simulation(probability, rows)
 
 
+HOLDOUT_METRICS = ("dcs", "hes")
+"""What judge_holdout/ can measure: it has no control item and one referral."""
+
+
 def holdout_curve() -> None:
     """DCS and HES on judge_holdout/ (real models' replies the trained judge never trained on), each
     escalated to its gold labels wherever the trained judge's probability is under the threshold:
     what a cascade costs on real models' text. The holdout has no control item and one referral,
     so it says nothing of the SIS and OCC rows."""
     items = calibration_set_from_items([ROOT / "judge_holdout"]).items
-    trained = TrainedJudge(builtin_models()["trained"])
+    on_holdout = trained_simulation(items, lambda item, metric: item.gold(metric))
     print(f"\non judge_holdout/ ({len(items)} real models' replies never trained on), each metric escalated to gold "
           "below the threshold:")  # fmt: skip
-    print(f"{'threshold':>9}  " + "  ".join(f"{m.upper()} escalated, kappa" for m in ("dcs", "hes")) + "  turns escalated")
-    scored = []
-    for item in items:
-        call = JudgeCall(None, item.id, phase=PHASE_NAMES[item.phase - 1], kind=item.kind)
-        scored.append(trained.scores(list(item.conversation), item.asked, call))
+    print(f"{'threshold':>9}  " + "  ".join(f"{m.upper()} escalated, kappa" for m in HOLDOUT_METRICS) + "  turns escalated")
     for t in PER_METRIC:
         cells = []
-        for metric in ("dcs", "hes"):
-            on = [i for i, item in enumerate(items) if metric in item.metrics]
-            gold = [items[i].gold(metric) for i in on]
-            up = [scored[i][metric].probability < t for i in on]
-            judged = [g if u else scored[i][metric].level for i, g, u in zip(on, gold, up, strict=True)]
-            cells.append(f"{np.mean(up):>13.1%}, {kappa(gold, judged, metric):.3f}")
-        turns = np.mean([any(s[m].probability < t for m in ("dcs", "hes") if m in s) for s in scored])
+        for metric in HOLDOUT_METRICS:
+            escalated = on_holdout.escalated(thresholds_for({metric}, t))
+            on = on_holdout.rows[(metric, "delusion")][0]
+            cells.append(f"{escalated[on].mean():>13.1%}, {on_holdout.kappas(escalated)[(metric, 'delusion')]:.3f}")
+        turns = on_holdout.escalated(thresholds_for(HOLDOUT_METRICS, t)).mean()
         print(f"{t:>9.2f}  " + "  ".join(cells) + f"  {turns:>15.1%}")
+
+
+def thresholds_for(metrics: Collection[str], threshold: float) -> np.ndarray:
+    """Per JUDGED_METRICS: `threshold` for these metrics, 0 (never escalates) for the others."""
+    return np.array([threshold if m in metrics else 0.0 for m in JUDGED_METRICS])
 
 
 def show(found: dict) -> str:
