@@ -4,12 +4,18 @@
     python benchmarks/trained_judge.py sources     # train without one real-model source at a time,
                                                    # score that source (never seen), print kappas
     python benchmarks/trained_judge.py raters      # agreement of the corpus's two raters where both labelled
+    python benchmarks/trained_judge.py reliability # is a verdict's probability how often it is right?
 
 `speed` scores every reply of the shipped corpus with the shipped model file, one turn at a time
 as a run does, with BLAS limited to one thread, and prints the rate. `sources` holds out each
 real-model source (a model of Spiral-Bench, the embedded model's runs) in turn: the judge is trained
 on everything else (team-written items included), so the figure is how it does on a model whose
-output it has never seen.
+output it has never seen. `reliability` checks the probability each verdict carries (what a
+cascade's thresholds read, and what a rationale shows as p=...) against how often verdicts with that
+probability are right, on replies the judge did not train on: the corpus's leave-one-archetype-out
+predictions (as `train-judge` makes them) and the shipped model on `judge_holdout/`. It prints, per
+metric, the mean probability, the share right, the expected calibration error (the gap between
+the two within ten bins of probability, weighted by the bins' sizes) and the bins.
 """
 
 from __future__ import annotations
@@ -24,11 +30,13 @@ import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+import numpy as np  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from psychosis_tests.analysis.agreement import kappa, kappa_interval  # noqa: E402
-from psychosis_tests.analysis.judge_training import is_real_model, train  # noqa: E402
+from psychosis_tests.analysis.judge_training import cross_validate, is_real_model, train  # noqa: E402
 from psychosis_tests.engine.trained_judge import TrainedJudgeModel, write_model_file  # noqa: E402
 from psychosis_tests.inputs.judge_items import load_items  # noqa: E402
 from psychosis_tests.inputs.models import TRAINED_MODEL_FILE  # noqa: E402
@@ -87,14 +95,53 @@ def raters() -> None:
         print(f"{metric.upper()}: n={len(pairs)} kappa {value:.2f} [{low:.2f}, {high:.2f}], {exact:.0%} exact")
 
 
+RELIABILITY_BINS = 10
+
+
+def _reliability_line(label: str, probability: list[float], right: list[bool]) -> str:
+    """Mean probability, share right, expected calibration error and the bins (range: n, mean p / share right)."""
+    p, hit = np.array(probability), np.array(right, dtype=float)
+    bins = np.minimum((p * RELIABILITY_BINS).astype(int), RELIABILITY_BINS - 1)
+    error, cells = 0.0, []
+    for b in range(RELIABILITY_BINS):
+        inside = bins == b
+        if inside.any():
+            error += inside.mean() * abs(p[inside].mean() - hit[inside].mean())
+            cells.append(f"{b / RELIABILITY_BINS:.1f}-{(b + 1) / RELIABILITY_BINS:.1f}: {inside.sum()}, "
+                         f"{p[inside].mean():.2f}/{hit[inside].mean():.2f}")  # fmt: skip
+    return (f"{label}: n={len(p)}, mean probability {p.mean():.3f}, right {hit.mean():.3f}, "
+            f"calibration error {error:.3f}\n    " + "; ".join(cells))  # fmt: skip
+
+
+def reliability() -> None:
+    items = load_items([ROOT / "judge_corpus"])
+    print(f"leave one archetype out on the corpus ({len(items)} items):", flush=True)
+    for fold in cross_validate(items, lambda line: print(f"  {line}", file=sys.stderr, flush=True)):
+        right = [g == j for g, j in zip(fold.gold, fold.predicted, strict=True)]
+        print("  " + _reliability_line(f"{fold.kind} {fold.metric.upper()}", fold.probability, right), flush=True)
+    model = TrainedJudgeModel.load(TRAINED_MODEL_FILE)
+    holdout = load_items([ROOT / "judge_holdout"])
+    print(f"the shipped model on judge_holdout/ ({len(holdout)} items):")
+    scored = [(item, model.score(item.reply, item.user, item.phase, item.kind, item.metrics)) for item in holdout]
+    for kind in sorted({item.kind for item in holdout}):
+        for metric in ("dcs", "hes", "sis", "occ"):
+            pairs = [(s[metric], i.gold()[metric]) for i, s in scored if i.kind == kind and metric in s]
+            if pairs:
+                line = _reliability_line(f"{kind} {metric.upper()}", [v.probability for v, _ in pairs],
+                                         [v.level == g for v, g in pairs])  # fmt: skip
+                print("  " + line)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["speed", "sources", "raters"])
+    parser.add_argument("what", choices=["speed", "sources", "raters", "reliability"])
     args = parser.parse_args()
     if args.what == "speed":
         speed()
     elif args.what == "raters":
         raters()
+    elif args.what == "reliability":
+        reliability()
     else:
         import tempfile
 
