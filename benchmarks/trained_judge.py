@@ -30,13 +30,13 @@ import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from psychosis_tests.analysis.agreement import kappa, kappa_interval  # noqa: E402
 from psychosis_tests.analysis.judge_training import cross_validate, is_real_model, train  # noqa: E402
+from psychosis_tests.analysis.reliability import reliability as reliability_of  # noqa: E402
 from psychosis_tests.engine.trained_judge import TrainedJudgeModel, write_model_file  # noqa: E402
 from psychosis_tests.inputs.judge_items import load_items  # noqa: E402
 from psychosis_tests.inputs.models import TRAINED_MODEL_FILE  # noqa: E402
@@ -95,22 +95,9 @@ def raters() -> None:
         print(f"{metric.upper()}: n={len(pairs)} kappa {value:.2f} [{low:.2f}, {high:.2f}], {exact:.0%} exact")
 
 
-RELIABILITY_BINS = 10
-
-
-def _reliability_line(label: str, probability: list[float], right: list[bool]) -> str:
-    """Mean probability, share right, expected calibration error and the bins (range: n, mean p / share right)."""
-    p, hit = np.array(probability), np.array(right, dtype=float)
-    bins = np.minimum((p * RELIABILITY_BINS).astype(int), RELIABILITY_BINS - 1)
-    error, cells = 0.0, []
-    for b in range(RELIABILITY_BINS):
-        inside = bins == b
-        if inside.any():
-            error += inside.mean() * abs(p[inside].mean() - hit[inside].mean())
-            cells.append(f"{b / RELIABILITY_BINS:.1f}-{(b + 1) / RELIABILITY_BINS:.1f}: {inside.sum()}, "
-                         f"{p[inside].mean():.2f}/{hit[inside].mean():.2f}")  # fmt: skip
-    return (f"{label}: n={len(p)}, mean probability {p.mean():.3f}, right {hit.mean():.3f}, "
-            f"calibration error {error:.3f}\n    " + "; ".join(cells))  # fmt: skip
+def _reliability_lines(label: str, probability: list[float], right: list[bool]) -> str:
+    measured = reliability_of(probability, right)
+    return measured.line(label) + "\n    " + measured.bins_line()
 
 
 def reliability() -> None:
@@ -118,7 +105,7 @@ def reliability() -> None:
     print(f"leave one archetype out on the corpus ({len(items)} items):", flush=True)
     for fold in cross_validate(items, lambda line: print(f"  {line}", file=sys.stderr, flush=True)):
         right = [g == j for g, j in zip(fold.gold, fold.predicted, strict=True)]
-        print("  " + _reliability_line(f"{fold.kind} {fold.metric.upper()}", fold.probability, right), flush=True)
+        print("  " + _reliability_lines(f"{fold.kind} {fold.metric.upper()}", fold.probability, right), flush=True)
     model = TrainedJudgeModel.load(TRAINED_MODEL_FILE)
     holdout = load_items([ROOT / "judge_holdout"])
     print(f"the shipped model on judge_holdout/ ({len(holdout)} items):")
@@ -127,8 +114,8 @@ def reliability() -> None:
         for metric in ("dcs", "hes", "sis", "occ"):
             pairs = [(s[metric], i.gold()[metric]) for i, s in scored if i.kind == kind and metric in s]
             if pairs:
-                line = _reliability_line(f"{kind} {metric.upper()}", [v.probability for v, _ in pairs],
-                                         [v.level == g for v, g in pairs])  # fmt: skip
+                line = _reliability_lines(f"{kind} {metric.upper()}", [v.probability for v, _ in pairs],
+                                          [v.level == g for v, g in pairs])  # fmt: skip
                 print("  " + line)
 
 

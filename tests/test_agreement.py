@@ -78,3 +78,17 @@ def test_turns_two_levels_apart_and_judge_failures_are_listed() -> None:
     ]
     assert split_turns(rows) == ["t8 DCS: a 0, b 2"]
     assert failures(rows) == {"c": 1}
+
+
+def test_reliability_is_the_gap_between_probability_and_share_right_weighted_by_bin() -> None:
+    """Four verdicts at 0.9 of which two were right (gap 0.4) and one at 0.35 that was wrong (gap
+    0.35): calibration error 4/5 x 0.4 + 1/5 x 0.35; a verdict at probability 1 falls in the top bin."""
+    from psychosis_tests.analysis.reliability import reliability
+
+    measured = reliability([0.9, 0.9, 0.9, 0.9, 0.35], [True, True, False, False, False])
+    assert measured.calibration_error == pytest.approx(0.8 * 0.4 + 0.2 * 0.35)
+    assert [(b.low, b.n, b.share_right) for b in measured.bins] == [(0.3, 1, 0.0), (0.9, 4, 0.5)]
+    assert measured.mean_probability == pytest.approx(0.79) and measured.share_right == pytest.approx(0.4)
+    assert reliability([1.0, 0.95], [True, True]).calibration_error == pytest.approx(0.025)
+    with pytest.raises(ValueError):
+        reliability([0.5], [True, False])

@@ -412,6 +412,29 @@ def test_train_judge_runs_the_calibration_gate_on_the_new_model(
     assert (run_dir / "calibration.json").is_file()
 
 
+def test_train_judge_prints_the_held_out_kappas_and_how_reliable_their_probabilities_are(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The cross-validation prints, per metric, the kappa of the held-out archetype's verdicts and
+    then their mean probability, share right and calibration error, as computed from the folds."""
+    from psychosis_tests import __main__ as cli
+    from psychosis_tests.analysis.judge_training import cross_validate
+    from psychosis_tests.analysis.reliability import reliability
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    write_lines(corpus / "small.jsonl", [i.model_dump(mode="json") for i in small_corpus()])
+    code = cli.main(["train-judge", "--corpus", str(corpus), "--out", str(tmp_path / "m.npz"), "--no-gate"])
+    printed = capsys.readouterr().out
+    assert code == 0
+    assert re.search(r"^  delusion DCS  all items\s+n=18\s+kappa ", printed, re.MULTILINE)
+    for fold in cross_validate(small_corpus()):
+        right = [g == p for g, p in zip(fold.gold, fold.predicted, strict=True)]
+        expected = reliability(fold.probability, right)
+        assert f"  delusion {fold.metric.upper():<4}: n=18, mean probability {expected.mean_probability:.3f}, " \
+               f"right {expected.share_right:.3f}, calibration error {expected.calibration_error:.3f}" in printed
+
+
 def test_the_cue_block_names_exactly_the_groups_the_cue_judge_finds() -> None:
     """The features' fast search (one alternation per group) agrees with the reference judge's own
     cue search on every corpus reply, and ignores quoted user words as that search does."""

@@ -26,6 +26,7 @@ from scipy.sparse import csr_matrix
 from sklearn.linear_model import LogisticRegression
 
 from psychosis_tests.analysis.agreement import kappa, kappa_interval
+from psychosis_tests.analysis.reliability import reliability
 from psychosis_tests.engine.text_features import BLOCKS, Vectoriser, turn_features
 from psychosis_tests.engine.trained_judge import MetricModel
 from psychosis_tests.inputs.judge_items import JudgeItem
@@ -200,6 +201,16 @@ def fold_lines(folds: Sequence[Fold]) -> list[str]:
             shown = "n/a" if value is None else f"{value:.2f}"
             interval = "" if low is None or high is None else f" [{low:.2f}, {high:.2f}]"
             lines.append(f"  {fold.kind:<8} {fold.metric.upper():<4} {label:<17} n={len(gold):<5} kappa {shown}{interval}")
+    return lines
+
+
+def reliability_lines(folds: Sequence[Fold]) -> list[str]:
+    """Per (kind, metric), how often the held-out verdicts were right against the probability they
+    gave (`analysis.reliability`): what a cascade's thresholds can trust."""
+    lines = []
+    for fold in folds:
+        right = [g == p for g, p in zip(fold.gold, fold.predicted, strict=True)]
+        lines.append("  " + reliability(fold.probability, right).line(f"{fold.kind:<8} {fold.metric.upper():<4}"))
     return lines
 
 

@@ -5,7 +5,8 @@
 Reads the shipped corpus (judge_corpus/) plus any labelled item files named, and the judged turns
 of past runs (`--from-run`: their judge becomes the rater). Refuses, before any work, an item that
 equals or nearly copies a calibration reply, of the calibration set or of any scenario pack's
-(packs/*/calibration/). Prints a leave-one-archetype-out cross-validation,
+(packs/*/calibration/). Prints a leave-one-archetype-out cross-validation (kappas, and whether the
+held-out verdicts' probabilities match how often they were right),
 writes the model file, then runs the calibration gate on calibration/ with the new model, exactly
 as `calibrate --judge trained` would. Exit status: 0 passed the gate, 1 failed it, 2 bad input.
 Progress goes to stderr.
@@ -50,7 +51,7 @@ def add_train_judge_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def train_judge(args: argparse.Namespace) -> int:
-    from psychosis_tests.analysis.judge_training import cross_validate, fold_lines, train
+    from psychosis_tests.analysis.judge_training import cross_validate, fold_lines, reliability_lines, train
     from psychosis_tests.engine.trained_judge import write_model_file
     from psychosis_tests.inputs.models import TRAINED_MODEL_FILE
 
@@ -65,7 +66,11 @@ def train_judge(args: argparse.Namespace) -> int:
     if not args.no_cross_validation:
         print("leave-one-archetype-out cross-validation (weighted kappa for DCS and HES, kappa for SIS and OCC; "
               "95% bootstrap intervals):", flush=True)  # fmt: skip
-        print("\n".join(fold_lines(cross_validate(items, progress))), flush=True)
+        folds = cross_validate(items, progress)
+        print("\n".join(fold_lines(folds)), flush=True)
+        print("the same held-out verdicts: mean probability of the level chosen, share right, and calibration error "
+              "(their gap within 10 bins of probability; 0 is perfectly reliable):", flush=True)  # fmt: skip
+        print("\n".join(reliability_lines(folds)), flush=True)
     meta, arrays = train(items, progress)
     out = args.out if args.out is not None else TRAINED_MODEL_FILE
     write_model_file(out, meta, arrays)
