@@ -3,7 +3,8 @@
 Per (metric, kind of scenario) row: kappa with its bootstrap interval, exact agreement, alpha and
 the confusion matrix; the same per archetype, variant and phase; the worst disagreements with the
 judge's rationale; agreement among human raters, among a panel's judges, and of the judge with
-itself over repeats; and the gate (every gated row's kappa at or above its minimum, no item in
+itself over repeats; for a judge that gives each score a probability, whether those probabilities
+match how often its scores were right; and the gate (every gated row's kappa at or above its minimum, no item in
 error). The rows are DCS, HES and SIS over the items on delusion scenarios and SIS and OCC over
 the items on control scenarios (`GATED`); DCS or HES labelled on a control item is reported apart
 and not gated.
@@ -16,6 +17,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from psychosis_tests.analysis.agreement import BOOTSTRAP_RESAMPLES, agreement, alpha, kappa
+from psychosis_tests.analysis.reliability import reliability
 from psychosis_tests.engine.calibration_run import ItemJudgement
 from psychosis_tests.inputs.calibration import CalibrationItem, CalibrationSet
 from psychosis_tests.records.calibration_result import (
@@ -24,6 +26,7 @@ from psychosis_tests.records.calibration_result import (
     Disagreement,
     Escalation,
     GroupAgreement,
+    ProbabilityReliability,
     RaterAgreement,
     RaterKappa,
 )
@@ -206,6 +209,26 @@ def escalation(judged: Sequence[ItemJudgement], fingerprint: JudgeFingerprint) -
     )
 
 
+def probability_reliability(judged: Sequence[ItemJudgement], rows: Sequence[Row]) -> list[ProbabilityReliability]:
+    """Per row, the first answers' probabilities against the gold labels; empty when some verdict
+    carries none (a chat judge, a panel, a cascade whose escalated scores are another judge's)."""
+    if not judged or any(j.answers[0].verdict.probabilities is None for j in judged):
+        return []
+    out = []
+    for metric, kind in rows:
+        on = [j for j in judged if _on(j.item, (metric, kind))]
+        if not on:
+            continue
+        probability = [j.answers[0].verdict.probabilities[metric] for j in on]
+        right = [j.scores()[metric] == j.item.gold(metric) for j in on]
+        found = reliability(probability, right)
+        out.append(ProbabilityReliability(
+            metric=metric, kind=kind, n=found.n, mean_probability=found.mean_probability,
+            share_right=found.share_right, calibration_error=found.calibration_error,
+        ))  # fmt: skip
+    return out
+
+
 def calibration_result(
     calibration: CalibrationSet,
     judgements: Sequence[ItemJudgement],
@@ -253,5 +276,6 @@ def calibration_result(
         panel_agreement=panel_rows,
         judge_failures=failures,
         escalation=escalation(judged, fingerprint),
+        reliability=probability_reliability(judged, rows),
         passed=not errors and all(m.passed for m in gated),
     )

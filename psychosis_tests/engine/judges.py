@@ -111,7 +111,8 @@ class TrainedJudge:
             because = f"; {', '.join(repr(w) for w in score.evidence)}" if score.evidence else ""
             parts.append(f"{metric.upper()} {score.level} (p={score.probability:.2f}{because})")
         rationale = "trained judge: " + "; ".join(parts)
-        return Verdict(rationale=rationale[:2000], **{m: s.level for m, s in scores.items()})
+        return Verdict(rationale=rationale[:2000], probabilities={m: s.probability for m, s in scores.items()},
+                       **{m: s.level for m, s in scores.items()})  # fmt: skip
 
     async def score(
         self, conversation: Sequence[dict[str, str]], metrics: Sequence[str], harm: str, call: JudgeCall

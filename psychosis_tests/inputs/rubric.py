@@ -130,6 +130,10 @@ class Verdict(with_metric_fields(_Rationale, levels=True)):  # type: ignore[misc
     kept: str | None = None
     """A cascade's verdict on a doubtful turn it did not escalate: which scores were doubtful and
     why they stood (no level they could take changes the case's pass or fail); None otherwise."""
+    probabilities: dict[str, float] | None = Field(default=None, exclude=True)
+    """The trained judge's verdict: each score's probability (what a cascade's thresholds read and
+    `calibrate` checks against how often such scores are right); None for any other judge. Held in
+    memory only: never written (the rationale shows it) and never read from a judge's answer."""
 
     model_config = {"extra": "forbid"}
 

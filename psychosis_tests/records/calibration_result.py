@@ -159,6 +159,26 @@ class Escalation(BaseModel):
     """Per metric, the escalated items on which that metric's probability was below its threshold."""
 
 
+class ProbabilityReliability(BaseModel):
+    """A judge that gives each score a probability (the trained judge): on one row, whether scores
+    given with probability p were right about p of the time (`analysis.reliability`)."""
+
+    metric: str
+    kind: ScenarioKind = "delusion"
+    n: int
+    mean_probability: float
+    """Mean probability of the level the judge chose."""
+    share_right: float
+    """Share of those levels equal to the gold label."""
+    calibration_error: float
+    """Gap between probability and share right within ten bins of probability, weighted by the
+    bins' sizes: 0 is perfectly reliable."""
+
+    @property
+    def title(self) -> str:
+        return row_title(self.metric, self.kind)
+
+
 class CalibrationResult(BaseModel):
     """<calibration run>/calibration.json."""
 
@@ -202,6 +222,9 @@ class CalibrationResult(BaseModel):
     """Per panel judge, items it failed on while the panel still gave a verdict."""
     escalation: Escalation | None = None
     """A cascade's escalations; None for any other judge."""
+    reliability: list[ProbabilityReliability] = Field(default_factory=list)
+    """Per row, the judge's probabilities against how often its scores were right (first answers);
+    empty unless every verdict carried probabilities (the trained judge alone does)."""
     passed: bool
     """Every gated row's kappa at or above its minimum and no item in error."""
 

@@ -112,6 +112,8 @@ def terminal_lines(result: CalibrationResult) -> list[str]:
         lines.append(f"panel judge {judge} failed on {count} item(s); the panel scored them without it")
     if result.escalation is not None:
         lines.append(escalation_line(result))
+    if result.reliability:
+        lines.append(reliability_line(result))
     lines.append(("PASSED" if result.passed else "FAILED") + " the calibration gate (thresholds.yaml calibration.min_kappa)")
     return lines
 
@@ -123,6 +125,13 @@ def escalation_line(result: CalibrationResult) -> str:
     why = ", ".join(f"{m.upper()} {n}" for m, n in found.below_threshold.items())
     return (f"cascade: escalated {found.escalated} of {found.judged} items ({found.rate:.1%}) to {found.to}"
             + (f"; below the threshold: {why}" if why else ""))
+
+
+def reliability_line(result: CalibrationResult) -> str:
+    """How far the judge's probabilities can be read as they are, one row after another."""
+    rows = "; ".join(f"{r.title} mean p {r.mean_probability:.2f}, right {r.share_right:.2f}, error {r.calibration_error:.3f}"
+                     for r in result.reliability)  # fmt: skip
+    return f"probabilities against how often the scores were right (calibration error, 0 is perfectly reliable): {rows}"
 
 
 def _rater_rows(title: str, rows: Sequence[RaterAgreement], what: str) -> list[str]:
@@ -196,6 +205,14 @@ def markdown_lines(result: CalibrationResult) -> list[str]:
         lines += [f"- {markdown_text(e)}" for e in result.errors]
     if result.escalation is not None:
         lines += ["", markdown_text(escalation_line(result)) + "."]
+    if result.reliability:
+        lines += ["", "The judge's probabilities against how often its scores were right: the mean probability of the level "
+                  "it chose, the share of those levels equal to gold, and the calibration error (their gap within ten "
+                  "bins of probability, weighted by the bins' sizes; 0 is perfectly reliable). A cascade's thresholds "
+                  "read these probabilities.", "",
+                  "| metric | items | mean probability | share right | calibration error |", "|---|---:|---:|---:|---:|"]
+        lines += [f"| {r.title} | {r.n} | {r.mean_probability:.3f} | {r.share_right:.3f} | {r.calibration_error:.3f} |"
+                  for r in result.reliability]
     if result.judge_failures:
         lines += ["", "Panel judges that failed on some items (the panel scored those items without them):", ""]
         lines += [f"- `{markdown_text(j)}`: {n} item(s)" for j, n in result.judge_failures.items()]
