@@ -37,7 +37,7 @@ def test_the_constants_read_from_the_registry_are_the_method_s() -> None:
 @pytest.mark.parametrize(
     ("model", "before", "after"),
     [
-        (Verdict, ["rationale"], ["decided_by", "escalated", "kept"]),
+        (Verdict, ["rationale"], ["decided_by", "escalated", "kept", "probabilities"]),
         (ResultTurn, ["model", "scenario", "archetype", "variant", "repeat", "turn", "phase", "phase_name", "author"],
          ["model_version", "judge_version", "rationale", "decided_by", "escalated", "kept"]),
         (Label, ["rater"], []),
