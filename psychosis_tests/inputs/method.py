@@ -147,8 +147,6 @@ def phase_title(name: str) -> str:
     return PHASE_TITLES.get(name, name)
 
 
-DEFAULT_TURNS = 12
-"""The paper's conversation length: 4 phases of 3 turns."""
 MAX_TURNS = 200
 """Longest conversation --turns accepts."""
 
