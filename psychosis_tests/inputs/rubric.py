@@ -130,16 +130,19 @@ class Verdict(with_metric_fields(_Rationale, levels=True)):  # type: ignore[misc
     kept: str | None = None
     """A cascade's verdict on a doubtful turn it did not escalate: which scores were doubtful and
     why they stood (no level they could take changes the case's pass or fail); None otherwise."""
-    probabilities: dict[str, float] | None = Field(default=None, exclude=True)
-    """The trained judge's verdict: each score's probability (what a cascade's thresholds read and
-    `calibrate` checks against how often such scores are right); None for any other judge. Held in
-    memory only: never written (the rationale shows it) and never read from a judge's answer."""
+    probabilities: dict[str, float] | None = None
+    """The trained judge's verdict: each score's probability (what a cascade's thresholds read,
+    `calibrate` checks against how often such scores are right and a run's summary counts doubt
+    from); None, and not written, for any other judge. Never read from a judge's answer."""
 
     model_config = {"extra": "forbid"}
 
     @model_serializer(mode="wrap")
-    def _without_cascade_record(self, handler):  # noqa: ANN001, ANN202
-        return without_empty_cascade_record(handler(self))
+    def _without_empty_records(self, handler):  # noqa: ANN001, ANN202
+        data = without_empty_cascade_record(handler(self))
+        if data.get("probabilities", 0) is None:
+            del data["probabilities"]
+        return data
 
     @field_validator(*JUDGED_METRICS, mode="before")
     @classmethod

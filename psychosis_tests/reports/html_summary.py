@@ -8,6 +8,7 @@ from typing import Any
 
 from psychosis_tests.inputs.method import METRIC_SPEC, METRICS, PHASE_NAMES, phase_title
 from psychosis_tests.reports.escalation import escalation_line
+from psychosis_tests.reports.judge_doubt import doubt_line
 from psychosis_tests.reports.html import escape, facts, page, table
 from psychosis_tests.reports.tables import TRAJECTORY_LEGEND, format_number, over_caution_cell
 
@@ -113,6 +114,7 @@ def summary_html(summary: Mapping[str, Any]) -> str:
         *([f'<p class="note"><strong>Warning: {escape(run["judge_warning"])}.</strong></p>'] if run.get("judge_warning") else []),
         *([f'<p class="note">{escape(run["judge_calibration"])}.</p>'] if run.get("judge_calibration") else []),
         *([f'<p class="note">{escape(escalation_line(summary["escalation"]))}.</p>'] if summary.get("escalation") else []),
+        *([f'<p class="note">{escape(doubt_line(summary["judge_doubt"]))}.</p>'] if summary.get("judge_doubt") else []),
         '<p class="note">Scores: mean ± SD over scored turns (n = scored turns). DCS 0-2 and HES 0-2, '
         "lower is safer; SIS 0/1, higher is safer.</p>",
         "<h2>Models</h2>",

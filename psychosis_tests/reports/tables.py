@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from psychosis_tests.analysis.baseline import CHANGES, REGRESSION_RULE, Change, Comparison, RunComparison, delta_text
 from psychosis_tests.inputs.method import JUDGED_METRICS, METRIC_SPEC, METRICS
+from psychosis_tests.reports.judge_doubt import doubt_line
 from psychosis_tests.reports.usage import usage_lines
 
 _LABELS = ", ".join(METRIC_SPEC[m].label for m in METRICS)
@@ -83,6 +84,8 @@ def terminal_table(summary: dict) -> list[str]:
     lines += [f"WARNING: {w}." for w in run_warnings(summary)]
     if summary["run"].get("judge_calibration"):
         lines.append(terminal_text(summary["run"]["judge_calibration"]))
+    if summary.get("judge_doubt"):
+        lines.append(doubt_line(summary["judge_doubt"]))
     return lines + panel_lines(summary) + case_lines(summary) + baseline_lines(summary)
 
 
@@ -256,6 +259,7 @@ def markdown_summary(summary: dict) -> list[str]:
         "",
         *(line for warning in run_warnings(summary) for line in (f"**Warning: {warning}.**", "")),
         *([f"{markdown_text(run['judge_calibration'])}.", ""] if run.get("judge_calibration") else []),
+        *([f"{markdown_text(doubt_line(summary['judge_doubt']))}.", ""] if summary.get("judge_doubt") else []),
         *[f"{line}  " for line in panel_lines(summary)],
         *([""] if panel_lines(summary) else []),
         f"{_LABELS}: {metric_legend(summary)}.",

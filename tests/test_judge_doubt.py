@@ -1,0 +1,63 @@
+"""A run judged by the trained judge alone says on how many turns it was unsure; the count is the
+case files' own probabilities, survives a shard merge, and no other judge's run shows it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from psychosis_tests import __main__ as cli
+from psychosis_tests.inputs.method import scope
+from psychosis_tests.inputs.models import DEFAULT_ESCALATION_THRESHOLDS
+from tests.benchmark_runner import SCENARIOS, THRESHOLDS, BenchmarkRunner
+
+pytest_plugins = ["pytester"]
+
+TRAINED_RUN = ("--model=reference/mixed", "--model=reference/guardian", "--judge=trained", "-k", "conduit")
+
+
+def recount(run_dir: Path) -> tuple[int, int, dict[str, int]]:
+    """Judged turns, unsure turns and per-metric counts, read back from the case files."""
+    judged = unsure = 0
+    below: dict[str, int] = {}
+    for case_file in (run_dir / "cases").glob("*.json"):
+        case = json.loads(case_file.read_text(encoding="utf-8"))
+        for transcript in case["transcripts"]:
+            for turn in transcript["turns"]:
+                if turn["verdict"] is None:
+                    continue
+                judged += 1
+                low = [m for m, p in turn["verdict"]["probabilities"].items()
+                       if p < DEFAULT_ESCALATION_THRESHOLDS[m] and scope(m, case["kind"]) is not None]  # fmt: skip
+                unsure += bool(low)
+                for metric in low:
+                    below[metric] = below.get(metric, 0) + 1
+    return judged, unsure, dict(sorted(below.items()))
+
+
+def test_a_trained_judge_run_counts_the_turns_it_was_unsure_of_and_a_merge_keeps_the_count(
+    benchmark_runner: BenchmarkRunner, tmp_path: Path
+) -> None:
+    result, run_dir = benchmark_runner.run_creating_one_folder(*TRAINED_RUN)
+    found = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))["judge_doubt"]
+    judged, unsure, below = recount(run_dir)
+    assert 0 < unsure < judged  # some turns each way, or the test shows nothing
+    assert (found["judged_turns"], found["unsure_turns"], found["below_threshold"]) == (judged, unsure, below)
+    assert found["rate"] == round(unsure / judged, 6)
+    line = f"trained judge: unsure on {unsure} of {judged} judged turns"
+    assert any(line in out for out in result.outlines)
+    assert line in (run_dir / "summary.md").read_text(encoding="utf-8")
+
+    shards = [benchmark_runner.run_creating_one_folder(*TRAINED_RUN, f"--shard={k}/2")[1] for k in (1, 2)]
+    out = tmp_path / "merged"
+    assert cli.main(["merge", *map(str, shards), f"--out={out}", f"--scenarios={SCENARIOS}", f"--thresholds={THRESHOLDS}"]) == 1
+    assert json.loads((out / "summary.json").read_text(encoding="utf-8"))["judge_doubt"] == found
+
+
+def test_runs_judged_otherwise_show_no_doubt_figure(benchmark_runner: BenchmarkRunner) -> None:
+    """A reference judge's verdicts carry no probability; a cascade's turns are in its escalation figures."""
+    for judge in (("--judge=reference/judge",), ("--judge=trained", "--escalate-to=reference/judge")):
+        result, run_dir = benchmark_runner.run_creating_one_folder("--model=reference/mixed", *judge, "-k", "conduit-explicit")
+        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+        assert "judge_doubt" not in summary, judge
+        assert not any("unsure on" in out for out in result.outlines), judge
