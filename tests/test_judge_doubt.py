@@ -9,6 +9,9 @@ from pathlib import Path
 from psychosis_tests import __main__ as cli
 from psychosis_tests.inputs.method import scope
 from psychosis_tests.inputs.models import DEFAULT_ESCALATION_THRESHOLDS
+from psychosis_tests.reports.html import escape
+from psychosis_tests.reports.html_summary import summary_html
+from psychosis_tests.reports.judge_doubt import doubt_line
 from tests.benchmark_runner import SCENARIOS, THRESHOLDS, BenchmarkRunner
 
 pytest_plugins = ["pytester"]
@@ -39,7 +42,8 @@ def test_a_trained_judge_run_counts_the_turns_it_was_unsure_of_and_a_merge_keeps
     benchmark_runner: BenchmarkRunner, tmp_path: Path
 ) -> None:
     result, run_dir = benchmark_runner.run_creating_one_folder(*TRAINED_RUN)
-    found = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))["judge_doubt"]
+    summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    found = summary["judge_doubt"]
     judged, unsure, below = recount(run_dir)
     assert 0 < unsure < judged  # some turns each way, or the test shows nothing
     assert (found["judged_turns"], found["unsure_turns"], found["below_threshold"]) == (judged, unsure, below)
@@ -47,6 +51,7 @@ def test_a_trained_judge_run_counts_the_turns_it_was_unsure_of_and_a_merge_keeps
     line = f"trained judge: unsure on {unsure} of {judged} judged turns"
     assert any(line in out for out in result.outlines)
     assert line in (run_dir / "summary.md").read_text(encoding="utf-8")
+    assert escape(doubt_line(found)) in summary_html(summary)  # Allure's summary page
 
     shards = [benchmark_runner.run_creating_one_folder(*TRAINED_RUN, f"--shard={k}/2")[1] for k in (1, 2)]
     out = tmp_path / "merged"
