@@ -216,12 +216,11 @@ def probability_reliability(judged: Sequence[ItemJudgement], rows: Sequence[Row]
         return []
     out = []
     for metric, kind in rows:
-        on = [j for j in judged if _on(j.item, (metric, kind))]
-        if not on:
+        probability = [j.answers[0].verdict.probabilities[metric] for j in judged if _on(j.item, (metric, kind))]
+        if not probability:
             continue
-        probability = [j.answers[0].verdict.probabilities[metric] for j in on]
-        right = [j.scores()[metric] == j.item.gold(metric) for j in on]
-        found = reliability(probability, right)
+        gold, scores = _pairs(judged, (metric, kind))
+        found = reliability(probability, [g == s for g, s in zip(gold, scores, strict=True)])
         out.append(ProbabilityReliability(
             metric=metric, kind=kind, n=found.n, mean_probability=found.mean_probability,
             share_right=found.share_right, calibration_error=found.calibration_error,

@@ -15,7 +15,7 @@ doubtful scores.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -42,10 +42,15 @@ class Escalation(Protocol):
     ) -> Answer: ...
 
 
+def below_threshold(probabilities: Mapping[str, float], threshold: Callable[[str], float], kind: str) -> list[str]:
+    """The metrics the gate reads on a conversation of this kind whose probability is below the
+    metric's threshold."""
+    return [m for m, p in probabilities.items() if p < threshold(m) and scope(m, kind) is not None]
+
+
 def doubtful(scores: dict[str, Score], spec: ModelSpec, kind: str) -> list[str]:
-    """The metrics that escalate a turn of a conversation of this kind: those the gate reads on the
-    kind whose probability is below the metric's threshold."""
-    return [m for m, score in scores.items() if score.probability < spec.threshold(m) and scope(m, kind) is not None]
+    """The metrics that escalate a turn of a conversation of this kind (`below_threshold`)."""
+    return below_threshold({m: score.probability for m, score in scores.items()}, spec.threshold, kind)
 
 
 def doubts(scores: dict[str, Score], spec: ModelSpec, kind: str) -> list[str]:

@@ -111,10 +111,15 @@ CASCADE_RECORD = ("decided_by", "escalated", "kept")
 """A cascade verdict's record of who decided and why (absent from other judges' verdicts)."""
 
 
-def without_empty_cascade_record(data: dict) -> dict:
-    """A serialised verdict or turn without the cascade keys that are None: what other judges
-    give is written as before."""
-    return {k: v for k, v in data.items() if not (k in CASCADE_RECORD and v is None)}
+WRITTEN_WHEN_SET = (*CASCADE_RECORD, "probabilities")
+"""Keys of a verdict or turn that only some judges fill (a cascade's record, the trained judge's
+probabilities): left out while None."""
+
+
+def without_empty_records(data: dict) -> dict:
+    """A serialised verdict or turn without the WRITTEN_WHEN_SET keys that are None: what other
+    judges give is written as before."""
+    return {k: v for k, v in data.items() if not (k in WRITTEN_WHEN_SET and v is None)}
 
 
 class Verdict(with_metric_fields(_Rationale, levels=True)):  # type: ignore[misc]
@@ -139,10 +144,7 @@ class Verdict(with_metric_fields(_Rationale, levels=True)):  # type: ignore[misc
 
     @model_serializer(mode="wrap")
     def _without_empty_records(self, handler):  # noqa: ANN001, ANN202
-        data = without_empty_cascade_record(handler(self))
-        if data.get("probabilities", 0) is None:
-            del data["probabilities"]
-        return data
+        return without_empty_records(handler(self))
 
     @field_validator(*JUDGED_METRICS, mode="before")
     @classmethod

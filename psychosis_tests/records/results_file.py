@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field, ValidationInfo, model_serializer, model_v
 from psychosis_tests.common.errors import BaselineError
 from psychosis_tests.inputs.judge_identity import JudgeFingerprint
 from psychosis_tests.inputs.method import PHASE_NAMES, JudgedMetric, with_metric_fields
-from psychosis_tests.inputs.rubric import without_empty_cascade_record
+from psychosis_tests.inputs.rubric import without_empty_records
 from psychosis_tests.inputs.usage import Usage
 from psychosis_tests.inputs.yaml_files import validated
 
@@ -106,7 +106,7 @@ class ResultTurn(with_metric_fields(_TurnHead, levels=False)):  # type: ignore[m
 
     @model_serializer(mode="wrap")
     def _cascade_record_only_when_set(self, handler):  # noqa: ANN001, ANN202
-        return without_empty_cascade_record(handler(self))
+        return without_empty_records(handler(self))
 
 
 class Trajectory(_Record):

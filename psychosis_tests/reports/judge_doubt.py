@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from psychosis_tests.analysis.outcome import CaseOutcome
-from psychosis_tests.inputs.method import scope
+from psychosis_tests.engine.cascade import below_threshold
 from psychosis_tests.inputs.models import DEFAULT_ESCALATION_THRESHOLDS
 
 
@@ -30,8 +30,7 @@ def doubt_summary(outcomes: Iterable[CaseOutcome | None]) -> dict | None:
                 if verdict is None or verdict.probabilities is None or verdict.decided_by is not None:
                     continue
                 judged += 1
-                doubtful = [m for m, p in verdict.probabilities.items()
-                            if p < DEFAULT_ESCALATION_THRESHOLDS[m] and scope(m, outcome.kind) is not None]  # fmt: skip
+                doubtful = below_threshold(verdict.probabilities, DEFAULT_ESCALATION_THRESHOLDS.__getitem__, outcome.kind)
                 unsure += bool(doubtful)
                 below.update(doubtful)
     if not judged:
