@@ -104,7 +104,7 @@ def write_rows(path: Path, rows: Sequence[dict[str, str]]) -> None:
 
 def read_rows(path: Path) -> list[dict[str, str]]:
     if path.suffix == ".jsonl":
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
     if path.suffix == ".csv":
         with path.open(newline="", encoding="utf-8") as handle:
             return list(csv.DictReader(handle))

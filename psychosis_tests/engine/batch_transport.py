@@ -264,7 +264,7 @@ class BatchTransport:
         if not file_id:
             return []
         content = await client.files.content(file_id)
-        return [json.loads(line) for line in content.text.splitlines() if line.strip()]
+        return [json.loads(line) for line in content.text.split("\n") if line.strip()]  # a reply may hold a raw U+2028
 
     def _answer(self, batch_id: str, batch: Any, outputs: list[dict], errors: list[dict]) -> None:
         """Answer or fail every waiting request from the finished batch's lines."""

@@ -142,7 +142,7 @@ class JudgeItem(BaseModel):
 def load_item_file(path: Path) -> list[JudgeItem]:
     """Every item of one JSON Lines file; JudgeItemError names the file, line, item and field."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8").split("\n")  # not splitlines(): U+2028 and the like may sit raw inside a JSON string
     except FileNotFoundError:
         raise JudgeItemError("no such file", file=path) from None
     except (OSError, UnicodeDecodeError) as exc:
