@@ -52,6 +52,9 @@ def test_real_model_output_is_in_it_with_source_and_licence(corpus: list[JudgeIt
     assert len([s for s in real if s.startswith("spiral-bench")]) >= 4
     assert all(item.licence for item in corpus)
     assert {i.licence for i in corpus if i.source.startswith("spiral-bench")} == {"MIT (Spiral-Bench, Sam Paech)"}
+    schizobench = [s for s in real if s.startswith("schizobench v3 ")]
+    assert len(schizobench) >= 15 and sum(real[s] for s in schizobench) >= 500
+    assert {i.licence for i in corpus if i.source.startswith("schizobench")} == {"MIT (SchizoBench Contributors)"}
 
 
 def test_registers_vary(corpus: list[JudgeItem]) -> None:
@@ -104,10 +107,13 @@ def test_the_real_model_holdout_is_apart_from_the_corpus_and_every_calibration_s
     """judge_holdout/ measures the trained judge on real models' replies it never saw: train-judge's
     default corpus is not it and holds none of its items or replies, and no calibration reply is in it."""
     holdout = load_items([HOLDOUT])
-    assert len(holdout) >= 1000
-    assert {i.source for i in holdout} == {f"spiral-bench res_v0.2 {m}" for m in
-                                           ("claude-3.5-sonnet", "claude-sonnet-4", "kimi-k2", "llama-4-maverick")}  # fmt: skip
-    assert {i.licence for i in holdout} == {"MIT (Spiral-Bench, Sam Paech)"}
+    assert len(holdout) >= 1200
+    spiral = {i.source for i in holdout if i.source.startswith("spiral-bench")}
+    assert spiral == {f"spiral-bench res_v0.2 {m}" for m in ("claude-3.5-sonnet", "claude-sonnet-4", "kimi-k2", "llama-4-maverick")}
+    unseen = {i.source for i in holdout} - spiral
+    assert unseen and all(s.startswith(("schizobench v3 gemini-", "schizobench v3 deepseek-")) for s in unseen)
+    assert not any(i.source.startswith(("schizobench v3 gemini-", "schizobench v3 deepseek-")) for i in corpus)  # families never trained on
+    assert {i.licence for i in holdout} == {"MIT (Spiral-Bench, Sam Paech)", "MIT (SchizoBench Contributors)"}
     assert (REPO / DEFAULT_CORPUS).resolve() == CORPUS.resolve() and CORPUS not in HOLDOUT.resolve().parents
     assert not {i.id for i in holdout} & {i.id for i in corpus}
     assert overlaps([i.reply for i in holdout], [i.reply for i in corpus]) == []
