@@ -5,6 +5,7 @@
                                                    # score that source (never seen), print kappas
     python benchmarks/trained_judge.py raters      # agreement of the corpus's two raters where both labelled
     python benchmarks/trained_judge.py reliability # is a verdict's probability how often it is right?
+    python benchmarks/trained_judge.py unseen      # judge_holdout/ per theme, trained without that theme
 
 `speed` scores every reply of the shipped corpus with the shipped model file, one turn at a time
 as a run does, with BLAS limited to one thread, and prints the rate. `sources` holds out each
@@ -15,7 +16,11 @@ cascade's thresholds read, and what a rationale shows as p=...) against how ofte
 probability are right, on replies the judge did not train on: the corpus's leave-one-archetype-out
 predictions (as `train-judge` makes them) and the shipped model on `judge_holdout/`. It prints, per
 metric, the mean probability, the share right, the expected calibration error (the gap between
-the two within ten bins of probability, weighted by the bins' sizes) and the bins.
+the two within ten bins of probability, weighted by the bins' sizes) and the bins. `unseen` scores
+`judge_holdout/` (replies the judge never trains on) one conversation theme at a time with a judge
+trained on the corpus without that theme, so neither the reply nor its conversation's theme was
+seen: for the holdout's SchizoBench models (Gemini and DeepSeek, absent from the corpus) neither
+the model, nor the scripted conversation, nor the theme. It prints the kappas per holdout folder.
 """
 
 from __future__ import annotations
@@ -94,6 +99,41 @@ def raters() -> None:
         print(f"{metric.upper()}: n={len(pairs)} kappa {value:.2f} [{low:.2f}, {high:.2f}], {exact:.0%} exact")
 
 
+def unseen(scratch: Path) -> None:
+    corpus = load_items([ROOT / "judge_corpus"])
+    folders = sorted(p for p in (ROOT / "judge_holdout").iterdir() if p.is_dir())
+    holdout = {folder.name: load_items([folder]) for folder in folders}
+    themes = sorted({item.archetype for items in holdout.values() for item in items})
+    print(f"{len(corpus)} corpus items; {sum(map(len, holdout.values()))} holdout items over {len(themes)} themes, "
+          "each scored by a judge trained without its theme", flush=True)  # fmt: skip
+    pairs: dict[tuple[str, str], tuple[list[int], list[int]]] = {}
+    for number, theme in enumerate(themes, start=1):
+        print(f"  theme {number}/{len(themes)}: {theme}", file=sys.stderr, flush=True)
+        meta, arrays = train([item for item in corpus if item.archetype != theme])
+        path = scratch / "without-theme.npz"
+        write_model_file(path, meta, arrays)
+        model = TrainedJudgeModel.load(path)
+        for folder, items in holdout.items():
+            for item in (i for i in items if i.archetype == theme):
+                scored = model.score(item.reply, item.user, item.phase, item.kind, item.metrics)
+                for metric, score in scored.items():
+                    gold, judged = pairs.setdefault((folder, metric), ([], []))
+                    gold.append(item.gold()[metric])
+                    judged.append(score.level)
+    for folder in holdout:
+        cells = []
+        for metric in ("dcs", "hes", "sis", "occ"):
+            if (folder, metric) not in pairs:
+                continue
+            gold, judged = pairs[(folder, metric)]
+            value = kappa(gold, judged, metric)
+            low, high = kappa_interval(gold, judged, metric, resamples=500)
+            shown = "n/a" if value is None else f"{value:.2f}"
+            interval = "" if low is None or high is None else f" [{low:.2f}, {high:.2f}]"
+            cells.append(f"{metric.upper()} {shown}{interval} (n={len(gold)})")
+        print(f"judge_holdout/{folder}: " + "; ".join(cells), flush=True)
+
+
 def _reliability_lines(label: str, probability: list[float], right: list[bool]) -> str:
     measured = reliability_of(probability, right)
     return measured.line(label) + "\n    " + measured.bins_line()
@@ -120,7 +160,7 @@ def reliability() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["speed", "sources", "raters", "reliability"])
+    parser.add_argument("what", choices=["speed", "sources", "raters", "reliability", "unseen"])
     args = parser.parse_args()
     if args.what == "speed":
         speed()
@@ -132,7 +172,7 @@ def main() -> None:
         import tempfile
 
         with tempfile.TemporaryDirectory() as scratch:
-            sources(Path(scratch))
+            (sources if args.what == "sources" else unseen)(Path(scratch))
 
 
 if __name__ == "__main__":
