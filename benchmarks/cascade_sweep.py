@@ -3,6 +3,7 @@
     python benchmarks/cascade_sweep.py                                   # trained -> reference/judge-gold
     python benchmarks/cascade_sweep.py --escalate-to local               # trained -> the embedded generative judge
     python benchmarks/cascade_sweep.py --escalate-to ID --models-file F  # trained -> any judge of a models file
+    python benchmarks/cascade_sweep.py --escalate-to local --cache-path DIR  # keep the judge's answers for a rerun
 
 The escalation judge scores every calibration item once, through `calibrate` (the benchmark's own
 judge path; its answers.jsonl), and the trained judge gives its level and probability per metric
@@ -70,11 +71,14 @@ PER_METRIC = [0.0, *UNIFORM]
 """Per-metric grid: 0 never escalates on that metric."""
 
 
-def calibrate(report_dir: Path, escalate_to: str, models_file: str | None, thresholds: str | None = None):
-    """One `calibrate` run, as the command runs it: the escalation judge alone, or the cascade."""
-    values = {"judge": ["trained"] if thresholds else [escalate_to], "report_dir": str(report_dir), "cache_mode": "off",
-              "models_file": models_file, "escalate_to": [escalate_to] if thresholds else None,
-              "escalate_threshold": thresholds}  # fmt: skip
+def calibrate(report_dir: Path, escalate_to: str, models_file: str | None, thresholds: str | None = None,
+              cache_path: str | None = None):
+    """One `calibrate` run, as the command runs it: the escalation judge alone, or the cascade. With
+    `cache_path` the escalation judge's answers go through that response cache, so a rerun (after
+    retraining the trained judge, say) replays them instead of judging again."""
+    values = {"judge": ["trained"] if thresholds else [escalate_to], "report_dir": str(report_dir),
+              "cache_mode": "use" if cache_path else "off", "cache_path": cache_path, "models_file": models_file,
+              "escalate_to": [escalate_to] if thresholds else None, "escalate_threshold": thresholds}  # fmt: skip
     settings = resolve(values.get, {}, ROOT)
     session = CalibrationSession(settings, ROOT / "calibration")
     return session, session.run()
@@ -118,9 +122,9 @@ class Simulation:
         return None
 
 
-def calibration_simulation(escalate_to: str, models_file: str | None, scratch: Path) -> Simulation:
+def calibration_simulation(escalate_to: str, models_file: str | None, scratch: Path, cache_path: str | None) -> Simulation:
     """The escalation judge's answers on calibration/ through `calibrate`; the trained judge's in-process."""
-    session, alone = calibrate(scratch, escalate_to, models_file)
+    session, alone = calibrate(scratch, escalate_to, models_file, cache_path=cache_path)
     if alone.errors:
         sys.exit(f"{escalate_to} could not judge {len(alone.errors)} item(s): {alone.errors[0]}")
     answers = {}
@@ -207,9 +211,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--escalate-to", default="reference/judge-gold", metavar="ID")
     parser.add_argument("--models-file", metavar="PATH")
+    parser.add_argument("--cache-path", metavar="PATH", help="a response cache for the escalation judge's answers (default: none)")
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="cascade-sweep-"))
-    on_calibration = calibration_simulation(args.escalate_to, args.models_file, scratch)
+    on_calibration = calibration_simulation(args.escalate_to, args.models_file, scratch, args.cache_path)
     count = len(on_calibration.probability)
 
     print(f"cascade trained -> {args.escalate_to} on {count} calibration items")
@@ -251,7 +256,7 @@ def check_corpus_choice(on_calibration: Simulation, chosen: tuple, scratch: Path
           f"{corpus_rate:.1%}; {show(chosen[2])})")  # fmt: skip
     print(f"  on calibration/: escalated {escalated.mean():.1%} ({escalated.sum()} of {count}); {show(predicted)}")
 
-    _, result = calibrate(scratch, args.escalate_to, args.models_file, spelled(chosen[0]))
+    _, result = calibrate(scratch, args.escalate_to, args.models_file, spelled(chosen[0]), args.cache_path)
     measured = {(m.metric, m.kind): m.kappa for m in result.metrics}
     rate = result.escalation.rate if result.escalation is not None else float("nan")
     print(f"  calibrate --judge trained --escalate-to {args.escalate_to} --escalate-threshold {spelled(chosen[0])}:")
