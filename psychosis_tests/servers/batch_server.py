@@ -103,7 +103,7 @@ class BatchState:
             if input_file_id not in self.files:
                 raise APIError(404, f"no such file: {input_file_id}", code="not_found")
             try:
-                lines = [json.loads(line) for line in self.files[input_file_id].split("\n") if line.strip()]
+                lines = [json.loads(line) for line in self.files[input_file_id].splitlines() if line.strip()]
             except ValueError as exc:
                 raise APIError(400, f"the input file is not JSONL: {exc}") from None
             kept = metadata if self.keeps_metadata else None
