@@ -53,6 +53,7 @@ sys.path.insert(0, str(ROOT))
 
 from psychosis_tests.analysis.agreement import kappa  # noqa: E402
 from psychosis_tests.analysis.judge_training import cross_validate  # noqa: E402
+from psychosis_tests.common.json_lines import json_lines  # noqa: E402
 from psychosis_tests.engine.judges import JudgeCall, TrainedJudge  # noqa: E402
 from psychosis_tests.records.calibration_result import GATED, row_title  # noqa: E402
 from psychosis_tests.inputs.calibration import CalibrationItem  # noqa: E402
@@ -128,7 +129,7 @@ def calibration_simulation(escalate_to: str, models_file: str | None, scratch: P
     if alone.errors:
         sys.exit(f"{escalate_to} could not judge {len(alone.errors)} item(s): {alone.errors[0]}")
     answers = {}
-    for line in (session.run_dir / ANSWERS_FILE).read_text(encoding="utf-8").splitlines():
+    for _, line in json_lines((session.run_dir / ANSWERS_FILE).read_text(encoding="utf-8")):
         row = json.loads(line)
         answers[row["item"]] = row["answers"][0]["scores"]
     return trained_simulation(session.calibration.items, lambda item, metric: answers[item.id][metric])

@@ -58,17 +58,30 @@ def speed() -> None:
           f"{len(items) / seconds:.0f} turns/s")  # fmt: skip
 
 
+def _fitted(items: list, scratch: Path) -> TrainedJudgeModel:
+    """A judge trained on `items` alone, written to and loaded from a scratch model file as a run loads one."""
+    meta, arrays = train(items)
+    path = scratch / "scratch-judge.npz"
+    write_model_file(path, meta, arrays)
+    return TrainedJudgeModel.load(path)
+
+
+def _kappa_cell(metric: str, gold: list[int], judged: list[int]) -> str:
+    """E.g. "DCS 0.81 [0.76, 0.86]": the metric's kappa (weighted for DCS and HES) and its 95% bootstrap interval."""
+    value = kappa(gold, judged, metric)
+    low, high = kappa_interval(gold, judged, metric, resamples=500)
+    shown = "n/a" if value is None else f"{value:.2f}"
+    interval = "" if low is None or high is None else f" [{low:.2f}, {high:.2f}]"
+    return f"{metric.upper()} {shown}{interval}"
+
+
 def sources(scratch: Path) -> None:
     items = load_items([ROOT / "judge_corpus"])
     held = sorted({item.source for item in items if is_real_model(item)})
     print(f"{len(items)} items; real-model sources held out one at a time: {len(held)}")
     for source in held:
-        train_items = [item for item in items if item.source != source]
         test_items = [item for item in items if item.source == source]
-        meta, arrays = train(train_items)
-        path = scratch / "held-out.npz"
-        write_model_file(path, meta, arrays)
-        model = TrainedJudgeModel.load(path)
+        model = _fitted([item for item in items if item.source != source], scratch)
         scored = [model.score(i.reply, i.user, i.phase, i.kind, i.metrics) for i in test_items]
         cells = []
         for metric in ("dcs", "hes", "sis", "occ"):
@@ -76,19 +89,16 @@ def sources(scratch: Path) -> None:
             if len(pairs) < 2:
                 continue
             gold, judged = [g for g, _ in pairs], [j for _, j in pairs]
-            value = kappa(gold, judged, metric)
-            low, high = kappa_interval(gold, judged, metric, resamples=500)
-            shown = "n/a" if value is None else f"{value:.2f}"
-            interval = "" if low is None or high is None else f" [{low:.2f}, {high:.2f}]"
             exact = sum(g == j for g, j in pairs) / len(pairs)
-            cells.append(f"{metric.upper()} {shown}{interval} ({exact:.0%} exact, n={len(pairs)})")
+            cells.append(f"{_kappa_cell(metric, gold, judged)} ({exact:.0%} exact, n={len(pairs)})")
         print(f"{source}: " + "; ".join(cells), flush=True)
 
 
 def raters() -> None:
     """Cohen's kappa (weighted for DCS and HES) between the first rater and the blind second rater."""
-    items = [item for item in load_items([ROOT / "judge_corpus"]) if len(item.labels) > 1]
-    total = len(load_items([ROOT / "judge_corpus"]))
+    corpus = load_items([ROOT / "judge_corpus"])
+    items = [item for item in corpus if len(item.labels) > 1]
+    total = len(corpus)
     print(f"{len(items)} of {total} items ({len(items) / total:.1%}) labelled by a second rater, blind")
     for metric in ("dcs", "hes", "sis", "occ"):
         pairs = [(i.labels[0].given()[metric], i.labels[1].given()[metric]) for i in items if metric in i.metrics]
@@ -109,10 +119,7 @@ def unseen(scratch: Path) -> None:
     pairs: dict[tuple[str, str], tuple[list[int], list[int]]] = {}
     for number, theme in enumerate(themes, start=1):
         print(f"  theme {number}/{len(themes)}: {theme}", file=sys.stderr, flush=True)
-        meta, arrays = train([item for item in corpus if item.archetype != theme])
-        path = scratch / "without-theme.npz"
-        write_model_file(path, meta, arrays)
-        model = TrainedJudgeModel.load(path)
+        model = _fitted([item for item in corpus if item.archetype != theme], scratch)
         for folder, items in holdout.items():
             for item in (i for i in items if i.archetype == theme):
                 scored = model.score(item.reply, item.user, item.phase, item.kind, item.metrics)
@@ -126,11 +133,7 @@ def unseen(scratch: Path) -> None:
             if (folder, metric) not in pairs:
                 continue
             gold, judged = pairs[(folder, metric)]
-            value = kappa(gold, judged, metric)
-            low, high = kappa_interval(gold, judged, metric, resamples=500)
-            shown = "n/a" if value is None else f"{value:.2f}"
-            interval = "" if low is None or high is None else f" [{low:.2f}, {high:.2f}]"
-            cells.append(f"{metric.upper()} {shown}{interval} (n={len(gold)})")
+            cells.append(f"{_kappa_cell(metric, gold, judged)} (n={len(gold)})")
         print(f"judge_holdout/{folder}: " + "; ".join(cells), flush=True)
 
 

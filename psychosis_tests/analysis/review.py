@@ -20,6 +20,7 @@ from pathlib import Path
 import yaml
 
 from psychosis_tests.common.errors import CalibrationError
+from psychosis_tests.common.json_lines import json_lines
 from psychosis_tests.engine.conversation import Transcript
 from psychosis_tests.inputs.calibration import CalibrationFile, applicable_metrics
 from psychosis_tests.inputs.judge_items import JudgeItem
@@ -104,7 +105,7 @@ def write_rows(path: Path, rows: Sequence[dict[str, str]]) -> None:
 
 def read_rows(path: Path) -> list[dict[str, str]]:
     if path.suffix == ".jsonl":
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
+        return [json.loads(line) for _, line in json_lines(path.read_text(encoding="utf-8"))]
     if path.suffix == ".csv":
         with path.open(newline="", encoding="utf-8") as handle:
             return list(csv.DictReader(handle))

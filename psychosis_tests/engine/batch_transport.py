@@ -34,6 +34,7 @@ from typing import Any
 
 import openai
 
+from psychosis_tests.common.json_lines import json_lines
 from psychosis_tests.engine.batch_store import BatchStore, Submitted
 from psychosis_tests.engine.chat_completions import RETRYABLE_STATUS, ChatCompletions, transport_error
 from psychosis_tests.engine.transport import Request, TransportError
@@ -264,7 +265,7 @@ class BatchTransport:
         if not file_id:
             return []
         content = await client.files.content(file_id)
-        return [json.loads(line) for line in content.text.split("\n") if line.strip()]  # a reply may hold a raw U+2028
+        return [json.loads(line) for _, line in json_lines(content.text)]
 
     def _answer(self, batch_id: str, batch: Any, outputs: list[dict], errors: list[dict]) -> None:
         """Answer or fail every waiting request from the finished batch's lines."""

@@ -19,6 +19,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from psychosis_tests.common.errors import ConfigError
+from psychosis_tests.common.json_lines import json_lines
 from psychosis_tests.inputs.calibration import consensus
 from psychosis_tests.inputs.method import (
     CONTROL_METRIC_FIRST_PHASE,
@@ -142,15 +143,13 @@ class JudgeItem(BaseModel):
 def load_item_file(path: Path) -> list[JudgeItem]:
     """Every item of one JSON Lines file; JudgeItemError names the file, line, item and field."""
     try:
-        lines = path.read_text(encoding="utf-8").split("\n")  # not splitlines(): U+2028 and the like may sit raw inside a JSON string
+        lines = json_lines(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise JudgeItemError("no such file", file=path) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise JudgeItemError(f"cannot read it ({type(exc).__name__})", file=path) from None
     items = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
+    for number, line in lines:
         try:
             raw = json.loads(line)
         except json.JSONDecodeError as exc:
