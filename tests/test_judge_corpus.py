@@ -62,7 +62,7 @@ def test_registers_vary(corpus: list[JudgeItem]) -> None:
     styles = Counter(item.style for item in corpus if item.source == "team-written")
     assert len([s for s, n in styles.items() if n >= 50]) >= 8
     lengths = sorted(len(item.reply.split()) for item in corpus)
-    assert lengths[len(lengths) // 10] <= 30 and lengths[-len(lengths) // 10] >= 150
+    assert sum(n <= 30 for n in lengths) >= 500 and lengths[-len(lengths) // 10] >= 150
 
 
 def test_no_corpus_reply_equals_or_nearly_copies_a_calibration_reply(corpus: list[JudgeItem]) -> None:
