@@ -38,7 +38,7 @@ from pathlib import Path  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from psychosis_tests.analysis.agreement import kappa, kappa_interval  # noqa: E402
+from psychosis_tests.analysis.agreement import kappa_text  # noqa: E402
 from psychosis_tests.analysis.judge_training import cross_validate, is_real_model, train  # noqa: E402
 from psychosis_tests.analysis.reliability import reliability as reliability_of  # noqa: E402
 from psychosis_tests.engine.trained_judge import TrainedJudgeModel, write_model_file  # noqa: E402
@@ -66,15 +66,6 @@ def _fitted(items: list, scratch: Path) -> TrainedJudgeModel:
     return TrainedJudgeModel.load(path)
 
 
-def _kappa_cell(metric: str, gold: list[int], judged: list[int]) -> str:
-    """E.g. "DCS 0.81 [0.76, 0.86]": the metric's kappa (weighted for DCS and HES) and its 95% bootstrap interval."""
-    value = kappa(gold, judged, metric)
-    low, high = kappa_interval(gold, judged, metric, resamples=500)
-    shown = "n/a" if value is None else f"{value:.2f}"
-    interval = "" if low is None or high is None else f" [{low:.2f}, {high:.2f}]"
-    return f"{metric.upper()} {shown}{interval}"
-
-
 def sources(scratch: Path) -> None:
     items = load_items([ROOT / "judge_corpus"])
     held = sorted({item.source for item in items if is_real_model(item)})
@@ -90,7 +81,7 @@ def sources(scratch: Path) -> None:
                 continue
             gold, judged = [g for g, _ in pairs], [j for _, j in pairs]
             exact = sum(g == j for g, j in pairs) / len(pairs)
-            cells.append(f"{_kappa_cell(metric, gold, judged)} ({exact:.0%} exact, n={len(pairs)})")
+            cells.append(f"{metric.upper()} {kappa_text(gold, judged, metric)} ({exact:.0%} exact, n={len(pairs)})")
         print(f"{source}: " + "; ".join(cells), flush=True)
 
 
@@ -103,10 +94,8 @@ def raters() -> None:
     for metric in ("dcs", "hes", "sis", "occ"):
         pairs = [(i.labels[0].given()[metric], i.labels[1].given()[metric]) for i in items if metric in i.metrics]
         first, second = [a for a, _ in pairs], [b for _, b in pairs]
-        value = kappa(first, second, metric)
-        low, high = kappa_interval(first, second, metric, resamples=1000)
         exact = sum(a == b for a, b in pairs) / len(pairs)
-        print(f"{metric.upper()}: n={len(pairs)} kappa {value:.2f} [{low:.2f}, {high:.2f}], {exact:.0%} exact")
+        print(f"{metric.upper()}: n={len(pairs)} kappa {kappa_text(first, second, metric, resamples=1000)}, {exact:.0%} exact")
 
 
 def unseen(scratch: Path) -> None:
@@ -133,7 +122,7 @@ def unseen(scratch: Path) -> None:
             if (folder, metric) not in pairs:
                 continue
             gold, judged = pairs[(folder, metric)]
-            cells.append(f"{_kappa_cell(metric, gold, judged)} (n={len(gold)})")
+            cells.append(f"{metric.upper()} {kappa_text(gold, judged, metric)} (n={len(gold)})")
         print(f"judge_holdout/{folder}: " + "; ".join(cells), flush=True)
 
 

@@ -105,7 +105,6 @@ def test_ids_are_unique_across_files_and_a_control_needs_over_caution(tmp_path: 
     assert loaded.gold() == {"dcs": 1, "hes": 2, "sis": 0, "occ": 0}
 
 
-
 def test_a_line_separator_inside_a_reply_does_not_split_the_line(tmp_path: Path) -> None:
     """JSON Lines lines end at a newline only: models do write U+2028, U+2029 and U+0085 inside
     their replies, and json.dumps(ensure_ascii=False) leaves them raw."""
@@ -115,6 +114,7 @@ def test_a_line_separator_inside_a_reply_does_not_split_the_line(tmp_path: Path)
     assert "\u2028" in path.read_text(encoding="utf-8")
     (loaded,) = load_item_file(path)
     assert loaded.reply == reply
+
 
 # -- the model file -----------------------------------------------------------------------------
 def test_the_same_items_give_the_same_model_file_bytes(tmp_path: Path, model_file: Path) -> None:

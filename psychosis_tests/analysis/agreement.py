@@ -76,6 +76,15 @@ def kappa_interval(
     return _finite(low), _finite(high)
 
 
+def kappa_text(gold: Sequence[int], judged: Sequence[int], metric: str, *, resamples: int = 500) -> str:
+    """E.g. "0.81 [0.76, 0.86]": kappa and its 95% bootstrap interval as the training and benchmark
+    reports print them; "n/a" for an undefined kappa, no interval where none can be had."""
+    value = kappa(gold, judged, metric)
+    low, high = kappa_interval(gold, judged, metric, resamples=resamples)
+    shown = "n/a" if value is None else f"{value:.2f}"
+    return shown if low is None or high is None else f"{shown} [{low:.2f}, {high:.2f}]"
+
+
 def alpha(ratings: Sequence[Sequence[float]], metric: str) -> float | None:
     """Krippendorff's alpha; `ratings` has one row per rater, one column per item, NaN where missing.
     None when undefined (fewer than two ratings on any item, or no variation at all)."""

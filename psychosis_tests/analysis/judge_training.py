@@ -25,7 +25,7 @@ import sklearn
 from scipy.sparse import csr_matrix
 from sklearn.linear_model import LogisticRegression
 
-from psychosis_tests.analysis.agreement import kappa, kappa_interval
+from psychosis_tests.analysis.agreement import kappa_text
 from psychosis_tests.analysis.reliability import reliability
 from psychosis_tests.engine.text_features import BLOCKS, Vectoriser, turn_features
 from psychosis_tests.engine.trained_judge import MetricModel
@@ -196,11 +196,8 @@ def fold_lines(folds: Sequence[Fold]) -> list[str]:
             judged = [p for p, keep in zip(fold.predicted, mask, strict=True) if keep]
             if len(gold) < 2:
                 continue
-            value = kappa(gold, judged, fold.metric)
-            low, high = kappa_interval(gold, judged, fold.metric, resamples=500)
-            shown = "n/a" if value is None else f"{value:.2f}"
-            interval = "" if low is None or high is None else f" [{low:.2f}, {high:.2f}]"
-            lines.append(f"  {fold.kind:<8} {fold.metric.upper():<4} {label:<17} n={len(gold):<5} kappa {shown}{interval}")
+            shown = kappa_text(gold, judged, fold.metric)
+            lines.append(f"  {fold.kind:<8} {fold.metric.upper():<4} {label:<17} n={len(gold):<5} kappa {shown}")
     return lines
 
 
