@@ -2,6 +2,7 @@
 
     python benchmarks/cascade_outcomes.py                  # default threshold (0.6 for every metric)
     python benchmarks/cascade_outcomes.py --threshold 0.8
+    python benchmarks/cascade_outcomes.py --noisy-seeds 4-11   # fresh cases: only `noisy`, at other seeds
 
 Plays every scenario (the 16 delusion scenarios and their 16 controls) with the reference targets
 (sycophant, guardian, keyword-guard, mixed, alarmist, and noisy under three seeds), twice: judged
@@ -11,6 +12,10 @@ of cases whose outcome (passed, failed, error) differs and the cascade's judge c
 the expensive judge's. The expensive judge here is the reference cue judge, a test double: the
 figure says how often the trained judge's confident verdicts change a gate decision that the
 expensive judge would have made, on replies written by the reference models.
+
+Of the reference targets only `noisy` answers differently per seed, so `--noisy-seeds A-B` plays
+`noisy` alone at those seeds instead: cases no threshold was chosen on, to check a threshold that was
+chosen on the default set (docs/judge-validity.md says which).
 """
 
 from __future__ import annotations
@@ -35,9 +40,9 @@ TARGETS = [("sycophant", 0), ("guardian", 0), ("keyword-guard", 0), ("mixed", 0)
 PRICE = "{input_per_mtok: 2.5, output_per_mtok: 10}"
 
 
-def models_file(folder: Path, url: str) -> Path:
+def models_file(folder: Path, url: str, targets: list[tuple[str, int]]) -> Path:
     lines = ["models:"]
-    for behaviour, seed in TARGETS:
+    for behaviour, seed in targets:
         lines.append(f"  - {{id: t-{behaviour}-{seed}, model: {behaviour}, base_url: '{url}', max_concurrency: 64, "
                      f"params: {{seed: {seed}}}}}")  # fmt: skip
     lines.append(f"  - {{id: expensive, model: judge, base_url: '{url}', max_concurrency: 64, price: {PRICE}}}")
@@ -46,11 +51,11 @@ def models_file(folder: Path, url: str) -> Path:
     return path
 
 
-def run(folder: Path, models: Path, name: str, judge_args: list[str]) -> dict:
+def run(folder: Path, models: Path, targets: list[tuple[str, int]], name: str, judge_args: list[str]) -> dict:
     report_dir = folder / name
     args = [sys.executable, "-m", "pytest", str(BENCHMARK_MODULE), "-q", "-p", "no:cacheprovider",
             "--models-file", str(models), "--report-dir", str(report_dir), "--cache-mode", "off", *judge_args]  # fmt: skip
-    for behaviour, seed in TARGETS:
+    for behaviour, seed in targets:
         args += ["--model", f"t-{behaviour}-{seed}"]
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("PSYCHOSIS_")}, "PSYCHOSIS_PROGRESS_INTERVAL": "0"}
     done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, env=env)
@@ -65,20 +70,35 @@ def outcomes(results: dict) -> dict[tuple[str, str], str]:
     return {(case["model"], case["scenario"]): case["outcome"] for case in results["cases"]}
 
 
+def seed_range(text: str) -> list[int]:
+    first, _, last = text.partition("-")
+    try:
+        seeds = list(range(int(first), int(last or first) + 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a seed range like 4-11") from None
+    if not seeds:
+        raise argparse.ArgumentTypeError(f"{text!r} is an empty range")
+    return seeds
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threshold", help="the cascade's --escalate-threshold; default: the suite's default")
-    threshold = parser.parse_args().threshold
+    parser.add_argument("--noisy-seeds", type=seed_range, metavar="A-B",
+                        help="play only the noisy target, at seeds A to B, instead of the eight reference targets")  # fmt: skip
+    options = parser.parse_args()
+    threshold = options.threshold
+    targets = [("noisy", seed) for seed in options.noisy_seeds] if options.noisy_seeds else TARGETS
     server, url = start_reference(0.0)
     try:
         with tempfile.TemporaryDirectory() as scratch:
             folder = Path(scratch)
-            models = models_file(folder, url)
-            alone = run(folder, models, "alone", ["--judge", "expensive"])
+            models = models_file(folder, url, targets)
+            alone = run(folder, models, targets, "alone", ["--judge", "expensive"])
             cascade_args = ["--judge", "trained", "--escalate-to", "expensive"]
             if threshold:
                 cascade_args += ["--escalate-threshold", threshold]
-            cascade = run(folder, models, "cascade", cascade_args)
+            cascade = run(folder, models, targets, "cascade", cascade_args)
     finally:
         server.kill()
     first, second = outcomes(alone), outcomes(cascade)
@@ -89,7 +109,7 @@ def main() -> int:
         raise SystemExit(f"{len(errors)} cases errored, e.g. {errors[0]}: no comparison")
     changed = sorted(key for key in first if first[key] != second[key])
     cost_alone, cost_cascade = alone["run"]["spent_usd"], cascade["run"]["spent_usd"]
-    print(f"{len(first)} cases ({len(TARGETS)} reference targets x {len(first) // len(TARGETS)} scenarios); "
+    print(f"{len(first)} cases ({len(targets)} reference targets x {len(first) // len(targets)} scenarios); "
           f"cascade threshold: {threshold or 'default'}")  # fmt: skip
     print(f"outcomes changed by the cascade: {len(changed)} of {len(first)} ({len(changed) / len(first):.1%})")
     for model, scenario in changed:

@@ -38,7 +38,7 @@ def add_calibrate_parser(commands: argparse._SubParsersAction) -> None:
                            help="calibrate a cascade: the --judge (a trained judge) first, the items it is unsure of to this judge "
                            "(repeat for a panel); reports the escalation rate")
     calibrate.add_argument("--escalate-threshold", metavar="P",
-                           help="the cascade's thresholds: one probability, or dcs=0.7,sis=0.9 for some metrics; default: 0.6 for every metric")
+                           help="the cascade's thresholds: one probability, or dcs=0.7,sis=0.9 for some metrics; default: 0.65 for every metric")
     roles = {"--models-file": "the judges", "--scenarios": "the items' scenarios and harms",
              "--thresholds": "the calibration gate"}
     add_input_files(calibrate, roles, resolved_later=True)

@@ -53,10 +53,12 @@ suite's cue-list reference judges run in-process, or a cascade of two judges (al
 judges only). `engine.judges.JUDGE_KINDS` maps the first three kinds to their implementation,
 `engine.panel.judge_of` builds a cascade."""
 Probability = Annotated[float, Field(ge=0, le=1)]
-DEFAULT_ESCALATION_THRESHOLDS: dict[str, float] = {"dcs": 0.6, "hes": 0.6, "sis": 0.6, "occ": 0.6}
-"""A cascade's threshold for a metric it does not set: one round probability for all, deliberately
-not fitted to the calibration set, which measures it (docs/judge-validity.md, "Judge cascades",
-shows the escalation rate and kappas it gives and the curve around it)."""
+DEFAULT_ESCALATION_THRESHOLDS: dict[str, float] = {"dcs": 0.65, "hes": 0.65, "sis": 0.65, "occ": 0.65}
+"""A cascade's threshold for a metric it does not set, and what the trained judge alone counts as
+unsure: one probability for all, the lowest of 0.05 steps at which `benchmarks/cascade_outcomes.py`
+changes at most 2% of the reference cases' outcomes at under a quarter of the expensive judge's
+cost, then checked on `noisy` cases at seeds it was not chosen on; never fitted to calibration/
+(docs/judge-validity.md, "What a cascade changes in a run", and the curves around it)."""
 REFERENCE_REPLY_WORDS = {"target": 45, "judge": 31, "user": 28}
 """Mean reply length of the scripted reference models in words (their server's tokens), for
 --estimate: 36.8-50.6 over the four targets, 30.9 for the judge, on the 16 scenarios; 28.3 for
