@@ -1,6 +1,6 @@
 """What a cascade changes in a run: case outcomes and judge cost against the expensive judge alone.
 
-    python benchmarks/cascade_outcomes.py                  # default threshold (0.6 for every metric)
+    python benchmarks/cascade_outcomes.py                  # default threshold (0.65 for every metric)
     python benchmarks/cascade_outcomes.py --threshold 0.8
     python benchmarks/cascade_outcomes.py --noisy-seeds 4-11   # fresh cases: only `noisy`, at other seeds
 
