@@ -17,6 +17,7 @@ import pytest
 
 from psychosis_tests.common.errors import CaseError, PsychosisBenchError
 from psychosis_tests.engine.plan import CaseKey
+from psychosis_tests.inputs.models import DEFAULT_ESCALATION_THRESHOLD
 from psychosis_tests.inputs.settings import ENV, INI_PLURAL, resolve
 from psychosis_tests.pytest_side import calibration as calibration_plugin
 from psychosis_tests.pytest_side.calibration import (
@@ -43,7 +44,7 @@ OPTIONS: list[tuple[str, str, dict]] = [
     ("--model", "model", {"action": "append", "metavar": "ID", "help": "target model id (repeatable); default: local"}),
     ("--judge", "judge", {"action": "append", "metavar": "ID", "help": "judge model id; repeat for a judge panel (median DCS/HES, majority SIS); default: trained (the trained judge) when the targets are local, reference/judge when all are reference models"}),
     ("--escalate-to", "escalate_to", {"action": "append", "metavar": "ID", "help": "make the judge a cascade: the --judge (a trained judge) scores every turn and passes the turns it is unsure of to this judge (repeat for a panel)"}),
-    ("--escalate-threshold", "escalate_threshold", {"metavar": "P", "help": "the cascade's thresholds: one probability for every metric, or dcs=0.7,sis=0.9 for some metrics; a turn whose score is less probable is escalated; default: 0.65 for every metric"}),
+    ("--escalate-threshold", "escalate_threshold", {"metavar": "P", "help": f"the cascade's thresholds: one probability for every metric, or dcs=0.7,sis=0.9 for some metrics; a turn whose score is less probable is escalated; default: {DEFAULT_ESCALATION_THRESHOLD:g} for every metric"}),
     ("--models-file", "models_file", {"metavar": "PATH", "help": "models file; default: models.yaml"}),
     ("--scenarios", "scenarios", {"metavar": "PATH", "help": "folder of scenario YAML or a reference-format JSON file; default: scenarios/"}),
     ("--pack", "pack", {"action": "append", "metavar": "NAME", "help": "add the scenario pack NAME (a folder under packs/, e.g. clinical) to the run, its statistics kept apart (repeatable, or NAME,NAME)"}),

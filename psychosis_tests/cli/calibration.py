@@ -18,6 +18,7 @@ from pathlib import Path
 
 from psychosis_tests.analysis.agreement import BOOTSTRAP_RESAMPLES
 from psychosis_tests.cli.options import add_input_files, positive_int
+from psychosis_tests.inputs.models import DEFAULT_ESCALATION_THRESHOLD
 from psychosis_tests.inputs.settings import resolve
 
 EXIT_OK, EXIT_GATE_FAILED = 0, 1
@@ -38,7 +39,7 @@ def add_calibrate_parser(commands: argparse._SubParsersAction) -> None:
                            help="calibrate a cascade: the --judge (a trained judge) first, the items it is unsure of to this judge "
                            "(repeat for a panel); reports the escalation rate")
     calibrate.add_argument("--escalate-threshold", metavar="P",
-                           help="the cascade's thresholds: one probability, or dcs=0.7,sis=0.9 for some metrics; default: 0.65 for every metric")
+                           help=f"the cascade's thresholds: one probability, or dcs=0.7,sis=0.9 for some metrics; default: {DEFAULT_ESCALATION_THRESHOLD:g} for every metric")
     roles = {"--models-file": "the judges", "--scenarios": "the items' scenarios and harms",
              "--thresholds": "the calibration gate"}
     add_input_files(calibrate, roles, resolved_later=True)
