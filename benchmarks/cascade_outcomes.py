@@ -71,9 +71,9 @@ def outcomes(results: dict) -> dict[tuple[str, str], str]:
 
 
 def seed_range(text: str) -> list[int]:
-    first, _, last = text.partition("-")
+    first, dash, last = text.partition("-")
     try:
-        seeds = list(range(int(first), int(last or first) + 1))
+        seeds = list(range(int(first), int(last if dash else first) + 1))
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a seed range like 4-11") from None
     if not seeds:

@@ -296,3 +296,16 @@ def test_a_benchmark_run_with_a_cascade_records_who_decided_each_turn(tmp_path: 
     assert all(v["escalated"] and " < 0.90" in v["escalated"] for v in escalated)
     assert all("escalated" not in v for v in verdicts if v["decided_by"] == "trained")
     assert record["transcripts"][0]["judge_id"] == "trained>reference/judge"
+
+
+def test_outcome_benchmark_reads_a_seed_range_and_refuses_a_bad_one():
+    """benchmarks/cascade_outcomes.py --noisy-seeds: the fresh cases a chosen threshold is checked on."""
+    import argparse
+
+    from benchmarks.cascade_outcomes import seed_range
+
+    assert seed_range("4-11") == list(range(4, 12))
+    assert seed_range("7") == [7]
+    for bad in ("x", "4-", "11-4"):
+        with pytest.raises(argparse.ArgumentTypeError, match=repr(bad)):
+            seed_range(bad)
