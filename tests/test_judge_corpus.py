@@ -110,9 +110,12 @@ def test_the_real_model_holdout_is_apart_from_the_corpus_and_every_calibration_s
     assert len(holdout) >= 1200
     spiral = {i.source for i in holdout if i.source.startswith("spiral-bench")}
     assert spiral == {f"spiral-bench res_v0.2 {m}" for m in ("claude-3.5-sonnet", "claude-sonnet-4", "kimi-k2", "llama-4-maverick")}
-    unseen = {i.source for i in holdout} - spiral
+    unseen = {i.source for i in load_items([HOLDOUT / "schizobench"])}
     assert unseen and all(s.startswith(("schizobench v3 gemini-", "schizobench v3 deepseek-")) for s in unseen)
     assert not any(i.source.startswith(("schizobench v3 gemini-", "schizobench v3 deepseek-")) for i in corpus)  # families never trained on
+    seen = {i.source for i in load_items([HOLDOUT / "schizobench-seen"])}  # unseen replies of models the corpus has
+    assert seen and seen <= {i.source for i in corpus if i.source.startswith("schizobench v3 ")}
+    assert {i.source for i in holdout} == spiral | unseen | seen
     assert {i.licence for i in holdout} == {"MIT (Spiral-Bench, Sam Paech)", "MIT (SchizoBench Contributors)"}
     assert (REPO / DEFAULT_CORPUS).resolve() == CORPUS.resolve() and CORPUS not in HOLDOUT.resolve().parents
     assert not {i.id for i in holdout} & {i.id for i in corpus}
