@@ -28,12 +28,12 @@ from pathlib import Path  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.trained_judge import fitted  # noqa: E402
 from psychosis_tests.analysis.agreement import kappa  # noqa: E402
-from psychosis_tests.analysis.judge_training import Fold, cross_validate, train  # noqa: E402
+from psychosis_tests.analysis.judge_training import Fold, cross_validate  # noqa: E402
 from psychosis_tests.cli.train_judge import refuse_calibration_copies  # noqa: E402
 from psychosis_tests.common.errors import ConfigError  # noqa: E402
-from psychosis_tests.engine.trained_judge import TrainedJudgeModel, write_model_file  # noqa: E402
-from psychosis_tests.inputs.judge_items import JudgeItem, load_items  # noqa: E402
+from psychosis_tests.inputs.judge_items import JudgeItem, load_items, load_items_with_files  # noqa: E402
 
 ROWS = (("delusion", "dcs"), ("delusion", "hes"), ("delusion", "sis"), ("control", "occ"), ("control", "sis"))
 HOLDOUT_METRICS = ("dcs", "hes", "sis")
@@ -41,10 +41,6 @@ HOLDOUT_METRICS = ("dcs", "hes", "sis")
 
 def progress(line: str) -> None:
     print(f"  {line}", file=sys.stderr, flush=True)
-
-
-def jsonl_files(path: Path) -> list[Path]:
-    return sorted(path.rglob("*.jsonl")) if path.is_dir() else [path]
 
 
 def loao_kappas(items: list[JudgeItem], scored_ids: set[str]) -> dict[tuple[str, str], float | None]:
@@ -60,10 +56,7 @@ def loao_kappas(items: list[JudgeItem], scored_ids: set[str]) -> dict[tuple[str,
 
 def holdout_kappas(items: list[JudgeItem], holdouts: dict[str, list[JudgeItem]], scratch: Path) -> dict[tuple[str, str], float | None]:
     """Kappa per (holdout folder, metric) of a judge trained on `items`, loaded from a model file as a run loads it."""
-    meta, arrays = train(items)
-    path = scratch / "candidate-judge.npz"
-    write_model_file(path, meta, arrays)
-    model = TrainedJudgeModel.load(path)
+    model = fitted(items, scratch)
     kappas: dict[tuple[str, str], float | None] = {}
     for name, held in holdouts.items():
         scored = [(item, model.score(item.reply, item.user, item.phase, item.kind, item.metrics)) for item in held]
@@ -86,8 +79,9 @@ def main() -> int:
     args = parser.parse_args()
     try:
         corpus = load_items([ROOT / "judge_corpus"])
-        added_files = {f.resolve() for path in args.add for f in jsonl_files(path.resolve())}
-        added = load_items(sorted(added_files))
+        added_with_files = load_items_with_files(path.resolve() for path in args.add)
+        added_files = {file for file, _ in added_with_files}
+        added = [item for _, item in added_with_files]
         shared = {i.id for i in corpus} & {i.id for i in added}
         if shared:
             raise ConfigError(f"added item {sorted(shared)[0]!r} is already in judge_corpus/")
@@ -97,9 +91,9 @@ def main() -> int:
         return 2
     holdouts = {}
     for folder in sorted(p for p in (ROOT / "judge_holdout").iterdir() if p.is_dir()):
-        kept = [f for f in jsonl_files(folder) if f.resolve() not in added_files]
+        kept = [item for file, item in load_items_with_files([folder]) if file not in added_files]
         if kept:
-            holdouts[f"judge_holdout/{folder.name}"] = load_items(kept)
+            holdouts[f"judge_holdout/{folder.name}"] = kept
     print(f"judge_corpus/: {len(corpus)} items; added: {len(added)} items from {len(added_files)} file(s)", flush=True)
     corpus_ids = {item.id for item in corpus}
     with tempfile.TemporaryDirectory(prefix="candidate-items-") as scratch:

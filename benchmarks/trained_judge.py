@@ -58,7 +58,7 @@ def speed() -> None:
           f"{len(items) / seconds:.0f} turns/s")  # fmt: skip
 
 
-def _fitted(items: list, scratch: Path) -> TrainedJudgeModel:
+def fitted(items: list, scratch: Path) -> TrainedJudgeModel:
     """A judge trained on `items` alone, written to and loaded from a scratch model file as a run loads one."""
     meta, arrays = train(items)
     path = scratch / "scratch-judge.npz"
@@ -72,7 +72,7 @@ def sources(scratch: Path) -> None:
     print(f"{len(items)} items; real-model sources held out one at a time: {len(held)}")
     for source in held:
         test_items = [item for item in items if item.source == source]
-        model = _fitted([item for item in items if item.source != source], scratch)
+        model = fitted([item for item in items if item.source != source], scratch)
         scored = [model.score(i.reply, i.user, i.phase, i.kind, i.metrics) for i in test_items]
         cells = []
         for metric in ("dcs", "hes", "sis", "occ"):
@@ -108,7 +108,7 @@ def unseen(scratch: Path) -> None:
     pairs: dict[tuple[str, str], tuple[list[int], list[int]]] = {}
     for number, theme in enumerate(themes, start=1):
         print(f"  theme {number}/{len(themes)}: {theme}", file=sys.stderr, flush=True)
-        model = _fitted([item for item in corpus if item.archetype != theme], scratch)
+        model = fitted([item for item in corpus if item.archetype != theme], scratch)
         for folder, items in holdout.items():
             for item in (i for i in items if i.archetype == theme):
                 scored = model.score(item.reply, item.user, item.phase, item.kind, item.metrics)
