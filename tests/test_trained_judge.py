@@ -15,7 +15,7 @@ import io
 import numpy as np
 import pytest
 
-from psychosis_tests.analysis.judge_training import train
+from psychosis_tests.analysis.judge_training import item_blocks, train
 from psychosis_tests.engine.judges import JudgeCall, TrainedJudge, judge_for
 from psychosis_tests.engine.trained_judge import TrainedJudgeError, TrainedJudgeModel, write_model_file
 from psychosis_tests.inputs.judge_identity import judge_fingerprint
@@ -138,7 +138,33 @@ def test_a_real_models_reply_weighs_real_model_weight_in_fitting_and_nothing_els
     assert not np.array_equal(plain["delusion/dcs/weights"], weighted["delusion/dcs/weights"])
     monkeypatch.setattr(judge_training, "REAL_MODEL_WEIGHT", 1.0)
     _, unweighted = train(relabelled)
-    assert all(np.array_equal(plain[name], unweighted[name]) for name in plain)  # the source counts only through its weight
+    assert not np.array_equal(weighted["delusion/dcs/weights"], unweighted["delusion/dcs/weights"])
+
+
+def test_each_register_gets_its_own_adjustment_and_the_router_reads_which_a_reply_is_in(tmp_path: Path) -> None:
+    team = small_corpus()
+    meta, arrays = train(team)  # one register only: no real-model adjustment, a router that always says team
+    assert meta["settings"]["registers"] == ["shared", "team-written", "real-model"]
+    assert not arrays["delusion/dcs/weights_real"].any() and arrays["delusion/dcs/weights_team"].any()
+    assert not arrays["router/weights"].any() and float(arrays["router/bias"]) == 30.0
+
+    lowercase = [i.model_copy(update={"source": "spiral-bench res_v0.2 kimi-k2", "id": i.id + "-real",
+                                      "reply": i.reply.lower().replace(".", " lol")}) for i in team]  # fmt: skip
+    meta, arrays = train(team + lowercase)
+    assert arrays["delusion/dcs/weights_real"].any() and arrays["delusion/dcs/weights_team"].any()
+    write_model_file(tmp_path / "two.npz", meta, arrays)
+    model = TrainedJudgeModel.load(tmp_path / "two.npz")
+    for written, real in zip(team, lowercase, strict=True):
+        assert model.router.p_team(*model.vectoriser.row(item_blocks(written))) > 0.5
+        assert model.router.p_team(*model.vectoriser.row(item_blocks(real))) < 0.5
+    # a turn is scored with the adjustment of the register the router reads
+    reply = VALIDATING[0]
+    columns, values = model.vectoriser.row(item_blocks(team[3]))
+    p = model.router.p_team(columns, values)
+    dcs = model.models[("delusion", "dcs")]
+    expected = dcs.from_scores((dcs.weights_at(columns, p) @ values + dcs.bias)[np.newaxis, :])[0]
+    scored = model.score(reply, team[3].user, "solidification", "delusion", ["dcs"])["dcs"]
+    assert team[3].reply == reply and np.isclose(scored.probability, expected.max())
 
 
 def test_it_learns_the_levels_it_was_shown(model_file: Path) -> None:
@@ -166,11 +192,12 @@ def test_the_shipped_dcs_and_hes_are_cumulative_and_only_its_sis_reads_the_cues_
     for kind in ("delusion", "control"):
         for metric in ("dcs", "hes"):
             assert model.models[(kind, metric)].cumulative and model.models[(kind, metric)].weights.shape[0] == 2
-        assert not model.models[(kind, "sis")].weights[:, user].any()
+        for part in ("weights", "team", "real"):  # the shared weights and both register adjustments
+            assert not getattr(model.models[(kind, "sis")], part)[:, user].any()
+            assert getattr(model.models[(kind, "dcs")], part)[:, user].any()  # the other metrics still read the user
+            for metric in ("dcs", "hes") + (("occ",) if kind == "control" else ()):
+                assert not getattr(model.models[(kind, metric)], part)[:, cues].any()
         assert model.models[(kind, "sis")].weights[:, cues].any()
-        assert model.models[(kind, "dcs")].weights[:, user].any()  # the other metrics still read the user
-        for metric in ("dcs", "hes") + (("occ",) if kind == "control" else ()):
-            assert not model.models[(kind, metric)].weights[:, cues].any()
 
 
 def test_a_referral_phrase_is_what_moves_the_shipped_sis() -> None:
@@ -190,16 +217,36 @@ def test_a_referral_phrase_is_what_moves_the_shipped_sis() -> None:
 def test_a_cumulative_model_gives_each_level_the_drop_between_its_thresholds() -> None:
     from psychosis_tests.engine.trained_judge import MetricModel
 
-    one = (np.array([0]), np.array([1.0]))
+    def model(levels: tuple[int, ...], weights: list[list[float]], bias) -> MetricModel:
+        rows = np.array(weights, np.float32)
+        return MetricModel(levels, rows, np.asarray(bias, np.float64), np.zeros_like(rows), np.zeros_like(rows))
+
+    def probabilities(m: MetricModel) -> np.ndarray:  # a turn with one feature of value 1, read as a real model's
+        one = np.array([0])
+        return m.from_scores((m.weights_at(one, 0.0) @ np.array([1.0]) + m.bias)[np.newaxis, :])[0]
+
     third = np.log(3.0)  # a score of log 3 is a probability of 0.75
-    model = MetricModel((0, 1, 2), np.array([[0.0], [0.0]], np.float32), np.array([third, -third]))
-    assert np.allclose(model.probabilities(*one), [0.25, 0.5, 0.25])
-    crossed = MetricModel((0, 1, 2), np.array([[0.0], [0.0]], np.float32), np.array([-third, third]))
-    assert np.allclose(crossed.probabilities(*one), [0.5, 0.0, 0.5])  # P(>=2) above P(>=1): level 1 gets none
-    weighted = MetricModel((0, 1, 2), np.array([[1.0], [2.0]], np.float32), np.zeros(2))
-    assert [weighted.push(level).tolist() for level in (0, 1, 2)] == [[-3.0], [-1.0], [3.0]]  # evidence's direction
-    multinomial = MetricModel((0, 1, 2), np.zeros((3, 1), np.float32), np.log([1.0, 2.0, 1.0]))
-    assert not multinomial.cumulative and np.allclose(multinomial.probabilities(*one), [0.25, 0.5, 0.25])
+    assert np.allclose(probabilities(model((0, 1, 2), [[0.0], [0.0]], [third, -third])), [0.25, 0.5, 0.25])
+    crossed = model((0, 1, 2), [[0.0], [0.0]], [-third, third])
+    assert np.allclose(probabilities(crossed), [0.5, 0.0, 0.5])  # P(>=2) above P(>=1): level 1 gets none
+    weighted = model((0, 1, 2), [[1.0], [2.0]], np.zeros(2))
+    assert [weighted.push(level, weighted.weights).tolist() for level in (0, 1, 2)] == [[-3.0], [-1.0], [3.0]]  # evidence's direction
+    multinomial = model((0, 1, 2), [[0.0], [0.0], [0.0]], np.log([1.0, 2.0, 1.0]))
+    assert not multinomial.cumulative and np.allclose(probabilities(multinomial), [0.25, 0.5, 0.25])
+
+
+def test_a_turn_is_scored_with_the_shared_weights_plus_its_registers_mixed_by_the_router() -> None:
+    from psychosis_tests.engine.trained_judge import MetricModel, RegisterRouter
+
+    m = MetricModel((0, 1), np.array([[1.0, 0.0]], np.float32), np.zeros(1),
+                    team=np.array([[2.0, 0.0]], np.float32), real=np.array([[-4.0, 0.0]], np.float32))  # fmt: skip
+    columns = np.array([0])
+    assert m.weights_at(columns, 1.0).tolist() == [[3.0]]  # read as team-written: shared + team
+    assert m.weights_at(columns, 0.0).tolist() == [[-3.0]]  # read as a real model's: shared + real
+    assert m.weights_at(columns, 0.25).tolist() == [[1.0 + 0.5 - 3.0]]
+    router = RegisterRouter(np.array([0.0, np.log(3.0)]), 0.0)
+    assert np.isclose(router.p_team(np.array([1]), np.array([1.0])), 0.75)
+    assert np.isclose(router.p_team(np.array([0]), np.array([1.0])), 0.5)
 
 
 def test_a_missing_tampered_or_foreign_file_stops_with_one_line_naming_it(
