@@ -165,6 +165,10 @@ def test_each_register_gets_its_own_adjustment_and_the_router_reads_which_a_repl
     expected = dcs.from_scores((dcs.weights_at(columns, p) @ values + dcs.bias)[np.newaxis, :])[0]
     scored = model.score(reply, team[3].user, "solidification", "delusion", ["dcs"])["dcs"]
     assert team[3].reply == reply and np.isclose(scored.probability, expected.max())
+    # and the rationale says which register the reply was read in
+    real = model.score(lowercase[3].reply, lowercase[3].user, "solidification", "delusion", ["dcs"])
+    assert real["dcs"].team_written < 0.5
+    assert TrainedJudge.verdict(real).rationale.endswith(f"; register: real model {1 - real['dcs'].team_written:.2f}")
 
 
 def test_it_learns_the_levels_it_was_shown(model_file: Path) -> None:
@@ -319,6 +323,7 @@ async def test_the_trained_judge_scores_in_process_with_a_checkable_rationale(mo
                                          JudgeCall(None, "t", phase="solidification"))  # fmt: skip
     assert verdict.dcs == 2 and verdict.sis == 0
     assert verdict.rationale.startswith("trained judge: DCS 2 (p=") and version.startswith("trained-judge sha256:")
+    assert verdict.rationale.endswith("; register: team-written 1.00")  # trained on team-written items alone
 
 
 def test_the_fingerprint_covers_the_model_file(tmp_path: Path, model_file: Path) -> None:

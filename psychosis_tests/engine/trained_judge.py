@@ -107,6 +107,8 @@ class Score:
     level: int
     probability: float
     evidence: tuple[str, ...]
+    team_written: float | None = None
+    """The register router's reading of the reply: how team-written it looks (0 a real model's)."""
 
 
 class TrainedJudgeModel:
@@ -168,7 +170,7 @@ class TrainedJudgeModel:
             probabilities = model.from_scores((weights @ values + model.bias)[np.newaxis, :])[0]
             index = int(np.argmax(probabilities))
             scores[metric] = Score(model.levels[index], float(probabilities[index]),
-                                   self._evidence(model.push(index, weights) * values, columns))  # fmt: skip
+                                   self._evidence(model.push(index, weights) * values, columns), p_team)  # fmt: skip
         return scores
 
     def _evidence(self, pushes: np.ndarray, columns: np.ndarray) -> tuple[str, ...]:
