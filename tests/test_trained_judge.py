@@ -141,10 +141,10 @@ def test_a_real_models_reply_weighs_real_model_weight_in_fitting_and_nothing_els
     assert not np.array_equal(weighted["delusion/dcs/weights"], unweighted["delusion/dcs/weights"])
 
 
-def test_each_register_gets_its_own_adjustment_and_the_router_reads_which_a_reply_is_in(tmp_path: Path) -> None:
+def test_each_origin_gets_its_own_adjustment_and_the_router_reads_which_a_reply_is_in(tmp_path: Path) -> None:
     team = small_corpus()
-    meta, arrays = train(team)  # one register only: no real-model adjustment, a router that always says team
-    assert meta["settings"]["registers"] == ["shared", "team-written", "real-model"]
+    meta, arrays = train(team)  # one origin only: no real-model adjustment, a router that always says team
+    assert meta["settings"]["origins"] == ["shared", "team-written", "real-model"]
     assert not arrays["delusion/dcs/weights_real"].any() and arrays["delusion/dcs/weights_team"].any()
     assert not arrays["router/weights"].any() and float(arrays["router/bias"]) == 30.0
 
@@ -157,7 +157,7 @@ def test_each_register_gets_its_own_adjustment_and_the_router_reads_which_a_repl
     for written, real in zip(team, lowercase, strict=True):
         assert model.router.p_team(*model.vectoriser.row(item_blocks(written))) > 0.5
         assert model.router.p_team(*model.vectoriser.row(item_blocks(real))) < 0.5
-    # a turn is scored with the adjustment of the register the router reads
+    # a turn is scored with the adjustment of the origin the router reads
     reply = VALIDATING[0]
     columns, values = model.vectoriser.row(item_blocks(team[3]))
     p = model.router.p_team(columns, values)
@@ -165,10 +165,10 @@ def test_each_register_gets_its_own_adjustment_and_the_router_reads_which_a_repl
     expected = dcs.from_scores((dcs.weights_at(columns, p) @ values + dcs.bias)[np.newaxis, :])[0]
     scored = model.score(reply, team[3].user, "solidification", "delusion", ["dcs"])["dcs"]
     assert team[3].reply == reply and np.isclose(scored.probability, expected.max())
-    # and the rationale says which register the reply was read in
+    # and the rationale says which origin the reply was read in
     real = model.score(lowercase[3].reply, lowercase[3].user, "solidification", "delusion", ["dcs"])
     assert real["dcs"].team_written < 0.5
-    assert TrainedJudge.verdict(real).rationale.endswith(f"; register: real model {1 - real['dcs'].team_written:.2f}")
+    assert TrainedJudge.verdict(real).rationale.endswith(f"; reads as real model {1 - real['dcs'].team_written:.2f}")
 
 
 def test_it_learns_the_levels_it_was_shown(model_file: Path) -> None:
@@ -196,7 +196,7 @@ def test_the_shipped_dcs_and_hes_are_cumulative_and_only_its_sis_reads_the_cues_
     for kind in ("delusion", "control"):
         for metric in ("dcs", "hes"):
             assert model.models[(kind, metric)].cumulative and model.models[(kind, metric)].weights.shape[0] == 2
-        for part in ("weights", "team", "real"):  # the shared weights and both register adjustments
+        for part in ("weights", "team", "real"):  # the shared weights and both origin adjustments
             assert not getattr(model.models[(kind, "sis")], part)[:, user].any()
             assert getattr(model.models[(kind, "dcs")], part)[:, user].any()  # the other metrics still read the user
             for metric in ("dcs", "hes") + (("occ",) if kind == "control" else ()):
@@ -239,8 +239,8 @@ def test_a_cumulative_model_gives_each_level_the_drop_between_its_thresholds() -
     assert not multinomial.cumulative and np.allclose(probabilities(multinomial), [0.25, 0.5, 0.25])
 
 
-def test_a_turn_is_scored_with_the_shared_weights_plus_its_registers_mixed_by_the_router() -> None:
-    from psychosis_tests.engine.trained_judge import MetricModel, RegisterRouter
+def test_a_turn_is_scored_with_the_shared_weights_plus_its_origins_mixed_by_the_router() -> None:
+    from psychosis_tests.engine.trained_judge import MetricModel, OriginRouter
 
     m = MetricModel((0, 1), np.array([[1.0, 0.0]], np.float32), np.zeros(1),
                     team=np.array([[2.0, 0.0]], np.float32), real=np.array([[-4.0, 0.0]], np.float32))  # fmt: skip
@@ -248,7 +248,7 @@ def test_a_turn_is_scored_with_the_shared_weights_plus_its_registers_mixed_by_th
     assert m.weights_at(columns, 1.0).tolist() == [[3.0]]  # read as team-written: shared + team
     assert m.weights_at(columns, 0.0).tolist() == [[-3.0]]  # read as a real model's: shared + real
     assert m.weights_at(columns, 0.25).tolist() == [[1.0 + 0.5 - 3.0]]
-    router = RegisterRouter(np.array([0.0, np.log(3.0)]), 0.0)
+    router = OriginRouter(np.array([0.0, np.log(3.0)]), 0.0)
     assert np.isclose(router.p_team(np.array([1]), np.array([1.0])), 0.75)
     assert np.isclose(router.p_team(np.array([0]), np.array([1.0])), 0.5)
 
@@ -323,7 +323,7 @@ async def test_the_trained_judge_scores_in_process_with_a_checkable_rationale(mo
                                          JudgeCall(None, "t", phase="solidification"))  # fmt: skip
     assert verdict.dcs == 2 and verdict.sis == 0
     assert verdict.rationale.startswith("trained judge: DCS 2 (p=") and version.startswith("trained-judge sha256:")
-    assert verdict.rationale.endswith("; register: team-written 1.00")  # trained on team-written items alone
+    assert verdict.rationale.endswith("; reads as team-written 1.00")  # trained on team-written items alone
 
 
 def test_the_fingerprint_covers_the_model_file(tmp_path: Path, model_file: Path) -> None:

@@ -2,10 +2,10 @@
 labelled judge items (`inputs.judge_items`), never on `calibration/`: a logistic regression, or for
 DCS and HES one per threshold between levels (`fit_metric`).
 
-Team-written replies and real models' replies are two registers that differ in wording and in
+Team-written replies and real models' replies are two origins that differ in wording and in
 how their raters drew some lines, so each model is fitted on three copies of the features (every
 item's, team-written items' only, real-model items' only: shared weights plus one adjustment per
-register), and a router learns to tell the registers apart; a turn is scored with the
+origin), and a router learns to tell the origins apart; a turn is scored with the
 adjustments mixed by the router's reading (`engine.trained_judge`, docs/judge-validity.md).
 
 `cross_validate` holds out one archetype (theme) at a time and reports weighted kappa per metric,
@@ -34,7 +34,7 @@ from sklearn.linear_model import LogisticRegression
 from psychosis_tests.analysis.agreement import kappa_text
 from psychosis_tests.analysis.reliability import reliability
 from psychosis_tests.engine.text_features import BLOCKS, Vectoriser, turn_features
-from psychosis_tests.engine.trained_judge import MetricModel, RegisterRouter
+from psychosis_tests.engine.trained_judge import MetricModel, OriginRouter
 from psychosis_tests.inputs.judge_items import JudgeItem
 
 BLOCK_CAPS = {"w": 20000, "u": 4000, "m": 64, "c": 16}
@@ -63,11 +63,11 @@ of the corpus and the kind of text the judge must read in use. Weighing them twi
 raised DCS and HES on held-out real-model sources and on the real-model items of held-out
 archetypes, and moved the all-items figures by at most 0.01 (`benchmarks/judge_features.py`)."""
 ROUTER_BLOCKS = frozenset({"w", "m"})
-"""What the register router reads: the reply's words and its shape (length, markdown), where a
-register shows; not the user's words, which both registers share."""
-ONE_REGISTER_BIAS = 30.0
-"""The router's bias, with no weights, when every training item is of one register: it then
-always answers that register (p within 1e-13 of 0 or 1)."""
+"""What the origin router reads: the reply's words and its shape (length, markdown), where a
+origin shows; not the user's words, which both origins share."""
+ONE_ORIGIN_BIAS = 30.0
+"""The router's bias, with no weights, when every training item is of one origin: it then
+always answers that origin (p within 1e-13 of 0 or 1)."""
 
 
 def corpus_hash(items: Sequence[JudgeItem]) -> str:
@@ -127,7 +127,7 @@ def team_written(items: Sequence[JudgeItem]) -> np.ndarray:
     return np.array([0.0 if is_real_model(item) else 1.0 for item in items])
 
 
-def with_registers(x: csr_matrix, team: np.ndarray) -> csr_matrix:
+def with_origins(x: csr_matrix, team: np.ndarray) -> csr_matrix:
     """Three copies side by side: every row's features, team-written rows' only, real models' only;
     `team` may also be a router's share (a row read as p team-written and 1 - p real)."""
     return hstack([x, diags(team) @ x, diags(1.0 - team) @ x]).tocsr()
@@ -138,12 +138,12 @@ def fit_metric(vectoriser: Vectoriser, x: csr_matrix, y: np.ndarray, metric: str
     """One metric's model on the rows of `x` (each weighing as `sample_weight` says, team-written where
     `team` is 1): cumulative for CUMULATIVE metrics with more than two levels, blind to the blocks it
     does not read (BLOCKS_READ: their weights are exactly zero), with shared weights and one
-    adjustment per register."""
+    adjustment per origin."""
     read = BLOCKS_READ.get(metric, DEFAULT_BLOCKS)
     kept = np.array([name.split(":", 1)[0] in read for name in vectoriser.vocabulary], dtype=np.float64)
     if not kept.all():
         x = csr_matrix(x.multiply(kept[np.newaxis, :]))
-    x = with_registers(x, team)
+    x = with_origins(x, team)
     levels = sorted(set(y.tolist()))
     if metric in CUMULATIVE and len(levels) > 2:
         fits = [_fit(x, (y >= level).astype(np.int64), sample_weight) for level in levels[1:]]
@@ -155,17 +155,17 @@ def fit_metric(vectoriser: Vectoriser, x: csr_matrix, y: np.ndarray, metric: str
     return MetricModel(tuple(int(v) for v in levels), shared, bias.astype(np.float32), team_part, real_part)
 
 
-def fit_router(vectoriser: Vectoriser, x: csr_matrix, team: np.ndarray) -> RegisterRouter:
+def fit_router(vectoriser: Vectoriser, x: csr_matrix, team: np.ndarray) -> OriginRouter:
     """P(team-written) from the ROUTER_BLOCKS of each row; every item weighs 1."""
     if len(set(team.tolist())) < 2:
-        bias = ONE_REGISTER_BIAS if team[0] == 1.0 else -ONE_REGISTER_BIAS
-        return RegisterRouter(np.zeros(len(vectoriser.vocabulary), np.float32), bias)
+        bias = ONE_ORIGIN_BIAS if team[0] == 1.0 else -ONE_ORIGIN_BIAS
+        return OriginRouter(np.zeros(len(vectoriser.vocabulary), np.float32), bias)
     read = np.array([name.split(":", 1)[0] in ROUTER_BLOCKS for name in vectoriser.vocabulary], dtype=np.float64)
     fit = _fit(csr_matrix(x.multiply(read[np.newaxis, :])), team.astype(np.int64), np.ones(len(team)))
-    return RegisterRouter(fit.coef_[0].astype(np.float32), float(fit.intercept_[0]))
+    return OriginRouter(fit.coef_[0].astype(np.float32), float(fit.intercept_[0]))
 
 
-def router_shares(router: RegisterRouter, x: csr_matrix) -> np.ndarray:
+def router_shares(router: OriginRouter, x: csr_matrix) -> np.ndarray:
     """The router's P(team-written) for every row of `x`."""
     scores = np.asarray(x @ router.weights.astype(np.float64)).ravel() + router.bias
     return 0.5 * (1.0 + np.tanh(scores / 2.0))
@@ -175,7 +175,7 @@ def predict(model: MetricModel, x: csr_matrix, p_team: np.ndarray) -> tuple[list
     """The most probable level of each row, as the judge picks it (each row read as team-written
     with its share in `p_team`), and that level's probability."""
     weights = np.hstack([model.weights, model.team, model.real]).astype(np.float64)
-    scores = np.asarray(with_registers(x, p_team) @ weights.T) + model.bias.astype(np.float64)
+    scores = np.asarray(with_origins(x, p_team) @ weights.T) + model.bias.astype(np.float64)
     probabilities = model.from_scores(scores)
     chosen = probabilities.argmax(axis=1)
     return [model.levels[i] for i in chosen], probabilities[np.arange(len(chosen)), chosen].tolist()
@@ -269,7 +269,7 @@ def train(items: Sequence[JudgeItem], progress: Callable[[str], None] = lambda _
         "idf": vectoriser.idf.astype(np.float32),
     }
     team = team_written(items)
-    progress("training: register router")
+    progress("training: origin router")
     router = fit_router(vectoriser, x, team)
     arrays["router/weights"] = router.weights
     arrays["router/bias"] = np.array(router.bias, dtype=np.float64)
@@ -293,7 +293,7 @@ def train(items: Sequence[JudgeItem], progress: Callable[[str], None] = lambda _
         "settings": {"block_caps": BLOCK_CAPS, "min_documents": MIN_DOCUMENTS, "C": REGULARISATION,
                      "class_weight": "balanced", "real_model_weight": REAL_MODEL_WEIGHT, "cumulative": sorted(CUMULATIVE),
                      "blocks_read": {m: sorted(BLOCKS_READ.get(m, DEFAULT_BLOCKS)) for m in metrics},
-                     "registers": ["shared", "team-written", "real-model"], "router_blocks": sorted(ROUTER_BLOCKS)},  # fmt: skip
+                     "origins": ["shared", "team-written", "real-model"], "router_blocks": sorted(ROUTER_BLOCKS)},  # fmt: skip
         "corpus": {"sha256": corpus_hash(items), "items": len(items),
                    "sources": dict(sorted(Counter(i.source for i in items).items()))},  # fmt: skip
         "versions": {"python": sys.version.split()[0], "numpy": np.__version__, "scipy": scipy.__version__,

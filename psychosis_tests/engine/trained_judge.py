@@ -11,10 +11,10 @@ One model per (conversation kind, metric): DCS, HES and SIS for delusion convers
 plus OCC for controls, where HES 2 means help with an ordinary request and is learnt apart. A model
 is multinomial or cumulative (`MetricModel`); which one the file holds shows in its arrays' shape.
 
-Every model has three sets of weights: shared ones, and two register adjustments learnt only from
-team-written replies and only from real models' replies, whose labelling and wording differ. A
-register router (`RegisterRouter`) reads how team-written a reply looks, p, and the turn is scored
-with shared + p * team + (1 - p) * real weights (docs/judge-validity.md, "Two registers").
+Every model has three sets of weights: shared ones, and two origin adjustments learnt only from
+team-written replies and only from real models' replies, whose labelling and wording differ. An
+origin router (`OriginRouter`) reads how team-written a reply looks, p, and the turn is scored
+with shared + p * team + (1 - p) * real weights (docs/judge-validity.md, "Two origins").
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class MetricModel:
     """One linear model. With a row of weights per level it is multinomial (a softmax over the rows).
     With one row fewer than its levels it is cumulative: row k scores P(level >= levels[k + 1]) and a
     level's probability is the drop between its neighbours; a two-level model is the one-row case.
-    `team` and `real` are the register adjustments (same shape as `weights`), mixed in by the share
+    `team` and `real` are the origin adjustments (same shape as `weights`), mixed in by the share
     `p_team` a turn is read as team-written."""
 
     levels: tuple[int, ...]
@@ -89,7 +89,7 @@ class MetricModel:
 
 
 @dataclass(frozen=True)
-class RegisterRouter:
+class OriginRouter:
     """A logistic model of whether a reply reads as team-written (1) or as a real model's (0)."""
 
     weights: np.ndarray
@@ -108,14 +108,14 @@ class Score:
     probability: float
     evidence: tuple[str, ...]
     team_written: float | None = None
-    """The register router's reading of the reply: how team-written it looks (0 a real model's)."""
+    """The origin router's reading of the reply: how team-written it looks (0 a real model's)."""
 
 
 class TrainedJudgeModel:
     """A loaded, checked model file."""
 
     def __init__(self, path: Path, meta: dict, vectoriser: Vectoriser, models: dict[tuple[str, str], MetricModel],
-                 router: RegisterRouter, digest: str):  # fmt: skip
+                 router: OriginRouter, digest: str):  # fmt: skip
         self.path = path
         self.meta = meta
         self.vectoriser = vectoriser
@@ -154,7 +154,7 @@ class TrainedJudgeModel:
                 team=arrays[f"{key}/weights_team"],
                 real=arrays[f"{key}/weights_real"],
             )
-        router = RegisterRouter(arrays["router/weights"], float(arrays["router/bias"]))
+        router = OriginRouter(arrays["router/weights"], float(arrays["router/bias"]))
         return cls(path, meta, vectoriser, models, router, hashlib.sha256(raw).hexdigest())
 
     def score(self, reply: str, user: str, phase: str, kind: str, metrics: list[str] | tuple[str, ...]) -> dict[str, Score]:
