@@ -6,7 +6,7 @@
     python benchmarks/trained_judge.py raters      # agreement of the corpus's two raters where both labelled
     python benchmarks/trained_judge.py reliability # is a verdict's probability how often it is right?
     python benchmarks/trained_judge.py unseen      # judge_holdout/ per theme, trained without that theme
-    python benchmarks/trained_judge.py origins   # how team-written the shipped router reads each held-out set
+    python benchmarks/trained_judge.py origins     # how team-written the shipped router reads each held-out set
 
 `speed` scores every reply of the shipped corpus with the shipped model file, one turn at a time
 as a run does, with BLAS limited to one thread, and prints the rate. `sources` holds out each

@@ -126,7 +126,7 @@ def test_the_same_items_give_the_same_model_file_bytes(tmp_path: Path, model_fil
     assert loaded.meta["corpus"]["items"] == 18 and set(loaded.meta["versions"]) >= {"numpy", "scikit-learn"}
 
 
-def test_a_real_models_reply_weighs_real_model_weight_in_fitting_and_nothing_else_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_real_models_reply_weighs_real_model_weight_in_fitting(monkeypatch: pytest.MonkeyPatch) -> None:
     from psychosis_tests.analysis import judge_training
 
     team = small_corpus()

@@ -63,7 +63,7 @@ of the corpus and the kind of text the judge must read in use. Weighing them twi
 raised DCS and HES on held-out real-model sources and on the real-model items of held-out
 archetypes, and moved the all-items figures by at most 0.01 (`benchmarks/judge_features.py`)."""
 ROUTER_BLOCKS = frozenset({"w", "m"})
-"""What the origin router reads: the reply's words and its shape (length, markdown), where a
+"""What the origin router reads: the reply's words and its shape (length, markdown), where an
 origin shows; not the user's words, which both origins share."""
 ONE_ORIGIN_BIAS = 30.0
 """The router's bias, with no weights, when every training item is of one origin: it then

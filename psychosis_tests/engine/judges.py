@@ -112,7 +112,7 @@ class TrainedJudge:
             parts.append(f"{metric.upper()} {score.level} (p={score.probability:.2f}{because})")
         rationale = "trained judge: " + "; ".join(parts)
         team_written = next(iter(scores.values())).team_written if scores else None
-        if team_written is not None:  # whose origin's adjustment weighed most (docs/judge-validity.md)
+        if team_written is not None:  # which origin's adjustment weighed most (docs/judge-validity.md)
             origin = f"team-written {team_written:.2f}" if team_written >= 0.5 else f"real model {1 - team_written:.2f}"
             rationale += f"; reads as {origin}"
         return Verdict(rationale=rationale[:2000], probabilities={m: s.probability for m, s in scores.items()},
