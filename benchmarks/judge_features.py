@@ -227,6 +227,7 @@ def held_out(items: Sequence[JudgeItem], groups: list[str | None], embeddings: d
     """Each group (None: never held out) predicted by models fitted on all other items, per variant."""
     blocks = [item_blocks(item) for item in items]
     results = {variant.name: Predictions() for variant in VARIANTS}
+    team = np.array([0.0 if is_real_model(item) else 1.0 for item in items])
     names = sorted({g for g in groups if g is not None})
     for number, group in enumerate(names, start=1):
         progress(f"  {number}/{len(names)} held out: {group}")
@@ -236,7 +237,6 @@ def held_out(items: Sequence[JudgeItem], groups: list[str | None], embeddings: d
         sparse = matrix(vectoriser, blocks).tocsr()
         user_columns = np.array([n.startswith("u:") for n in vectoriser.vocabulary])
         cue_columns = np.array([n.startswith("c:") for n in vectoriser.vocabulary])
-        team = np.array([0.0 if is_real_model(item) else 1.0 for item in items])
         for variant in VARIANTS:
             share = team
             if variant.origins:  # test rows are read by a router fitted on the training rows only

@@ -34,7 +34,7 @@ from sklearn.linear_model import LogisticRegression
 from psychosis_tests.analysis.agreement import kappa_text
 from psychosis_tests.analysis.reliability import reliability
 from psychosis_tests.engine.text_features import BLOCKS, Vectoriser, turn_features
-from psychosis_tests.engine.trained_judge import MetricModel, OriginRouter
+from psychosis_tests.engine.trained_judge import MetricModel, OriginRouter, logistic
 from psychosis_tests.inputs.judge_items import JudgeItem
 
 BLOCK_CAPS = {"w": 20000, "u": 4000, "m": 64, "c": 16}
@@ -168,7 +168,7 @@ def fit_router(vectoriser: Vectoriser, x: csr_matrix, team: np.ndarray) -> Origi
 def router_shares(router: OriginRouter, x: csr_matrix) -> np.ndarray:
     """The router's P(team-written) for every row of `x`."""
     scores = np.asarray(x @ router.weights.astype(np.float64)).ravel() + router.bias
-    return 0.5 * (1.0 + np.tanh(scores / 2.0))
+    return logistic(scores)
 
 
 def predict(model: MetricModel, x: csr_matrix, p_team: np.ndarray) -> tuple[list[int], list[float]]:

@@ -41,6 +41,11 @@ FILLER = frozenset(
 """Words too common to explain a score on their own: left out of a rationale's evidence."""
 
 
+def logistic(scores: np.ndarray | float) -> np.ndarray:
+    """1 / (1 + exp(-scores)), written with tanh so a large score cannot overflow."""
+    return 0.5 * (1.0 + np.tanh(np.asarray(scores) / 2.0))
+
+
 class TrainedJudgeError(ConfigError):
     """The trained judge's model file is missing, damaged or of another format."""
 
@@ -71,7 +76,7 @@ class MetricModel:
     def from_scores(self, scores: np.ndarray) -> np.ndarray:
         """Each level's probability, from a (turns, rows) array of linear scores."""
         if self.cumulative:
-            above = 0.5 * (1.0 + np.tanh(scores / 2.0))  # the logistic function, without overflow
+            above = logistic(scores)
             edges = np.ones((len(scores), 1)), np.zeros((len(scores), 1))
             at_least = np.hstack([edges[0], above, edges[1]])
             drops = np.clip(at_least[:, :-1] - at_least[:, 1:], 0.0, None)  # two thresholds may cross
@@ -97,7 +102,7 @@ class OriginRouter:
 
     def p_team(self, columns: np.ndarray, values: np.ndarray) -> float:
         score = float(self.weights[columns].astype(np.float64) @ values) + self.bias
-        return 0.5 * (1.0 + float(np.tanh(score / 2.0)))
+        return float(logistic(score))
 
 
 @dataclass(frozen=True)
