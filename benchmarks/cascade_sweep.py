@@ -17,11 +17,12 @@ the gate reads on an item's kind can escalate it, as in the cascade itself. Prin
 2. the cheapest per-metric thresholds (grid of 0.05) reaching the figure of the issue (kappa at
    least 0.95 for DCS and HES, 0.97 for both SIS rows) read off calibration/ itself: the best any
    thresholds could do there, not a result, since they are chosen on the set that measures them;
-3. the cheapest thresholds reaching the figure on the corpus instead (`train-judge`'s
-   leave-one-archetype-out predictions, each held-out archetype escalated to its gold labels;
-   about a minute more), what they give on calibration/, and a real `calibrate` of that cascade
-   (`--judge trained --escalate-to ID --escalate-threshold ...`), whose kappas and escalation rate
-   must equal the sweep's;
+3. the cheapest thresholds reaching the figure on the corpus instead, under two held-out
+   conditions (`CHOICES`): `train-judge`'s leave-one-archetype-out predictions, and a 10-fold
+   cross-validation grouped by item file (a held-out writing batch of themes the judge knows, as
+   calibration/ is), each held-out item escalated to its gold labels (a few minutes more); what each
+   choice gives on calibration/, and a real `calibrate` of that cascade (`--judge trained
+   --escalate-to ID --escalate-threshold ...`), whose kappas and escalation rate must equal the sweep's;
 4. DCS and HES on `judge_holdout/`, real models' replies the trained judge never trained on, each
    escalated to its gold labels below the threshold: what the cascade costs on real models' text.
 
@@ -58,7 +59,7 @@ from psychosis_tests.engine.judges import JudgeCall, TrainedJudge  # noqa: E402
 from psychosis_tests.records.calibration_result import GATED, row_title  # noqa: E402
 from psychosis_tests.inputs.calibration import CalibrationItem  # noqa: E402
 from psychosis_tests.inputs.item_calibration import calibration_set_from_items  # noqa: E402
-from psychosis_tests.inputs.judge_items import load_items  # noqa: E402
+from psychosis_tests.inputs.judge_items import load_items_with_files  # noqa: E402
 from psychosis_tests.inputs.method import JUDGED_METRICS, PHASE_NAMES, gated_metrics  # noqa: E402
 from psychosis_tests.inputs.models import DEFAULT_ESCALATION_THRESHOLDS, builtin_models  # noqa: E402
 from psychosis_tests.inputs.settings import resolve  # noqa: E402
@@ -154,11 +155,29 @@ def trained_simulation(items: list[CalibrationItem], escalation_level: Callable[
     return Simulation(probability, rows)
 
 
-def corpus_simulation() -> Simulation:
-    """The corpus's leave-one-archetype-out predictions (as `train-judge` prints them), escalated to
-    the corpus's own gold labels: a perfect escalation judge on replies no fold was fitted on."""
-    items = load_items([ROOT / "judge_corpus"])
-    folds = cross_validate(items, lambda line: print(f"  {line}", file=sys.stderr, flush=True))
+BATCH_FOLDS = 10
+CHOICES = {
+    "archetypes": "leave one archetype out",
+    "batches": f"{BATCH_FOLDS}-fold cross-validation grouped by item file",
+}
+"""Two held-out conditions to choose thresholds on. Holding an archetype out hides the theme too;
+holding item files out hides a writing batch (one archetype's round by one team rater, or one real
+model's round) of themes the judge has trained on, which is what calibration/ and a run on the
+suite's own scenarios are (docs/judge-validity.md)."""
+
+
+def corpus_simulation(choice: str) -> Simulation:
+    """The corpus's out-of-fold predictions, escalated to the corpus's own gold labels: a perfect
+    escalation judge on replies no fold was fitted on. `choice` is a key of CHOICES: archetypes (as
+    `train-judge` prints them) or item files, sorted by path, dealt round-robin into BATCH_FOLDS folds."""
+    with_files = load_items_with_files([ROOT / "judge_corpus"])
+    items = [item for _, item in with_files]
+    groups = None
+    if choice == "batches":
+        files = sorted({file for file, _ in with_files})
+        fold_of = {file: f"fold {n % BATCH_FOLDS + 1:02d}" for n, file in enumerate(files)}
+        groups = [fold_of[file] for file, _ in with_files]
+    folds = cross_validate(items, lambda line: print(f"  {line}", file=sys.stderr, flush=True), groups)
     index = {item.id: n for n, item in enumerate(items)}
     probability = np.full((len(items), len(JUDGED_METRICS)), 2.0)
     by_row = {(fold.metric, fold.kind): fold for fold in folds}
@@ -238,23 +257,25 @@ def main() -> None:
     else:
         print(f"  the cheapest thresholds read off calibration/ (not a result: chosen on the set they are measured on): "
               f"{spelled(best[0])}, escalated {best[1].mean():.1%} ({best[1].sum()} of {count})")  # fmt: skip
-    print("  thresholds chosen on the corpus (leave one archetype out, escalated to its gold labels):", file=sys.stderr)
-    chosen = corpus_simulation().cheapest()
-    if chosen is None:
-        print("  the corpus's held-out archetypes reach the figure at no thresholds of the grid")
-    else:
-        check_corpus_choice(on_calibration, chosen, scratch, args)
+    for choice, condition in CHOICES.items():
+        print(f"  thresholds chosen on the corpus ({condition}, escalated to its gold labels):", file=sys.stderr)
+        chosen = corpus_simulation(choice).cheapest()
+        if chosen is None:
+            print(f"  the corpus's held-out {choice} reach the figure at no thresholds of the grid")
+        else:
+            check_corpus_choice(on_calibration, chosen, choice, scratch, args)
     holdout_curve()
 
 
-def check_corpus_choice(on_calibration: Simulation, chosen: tuple, scratch: Path, args: argparse.Namespace) -> None:
+def check_corpus_choice(on_calibration: Simulation, chosen: tuple, choice: str, scratch: Path,
+                        args: argparse.Namespace) -> None:  # fmt: skip
     """The corpus's cheapest thresholds applied to calibration/, by the sweep and by a real `calibrate`."""
     count = len(on_calibration.probability)
     corpus_rate = chosen[1].mean()
     escalated = on_calibration.escalated(chosen[0])
     predicted = on_calibration.kappas(escalated)
-    print(f"  the cheapest thresholds on the corpus's held-out archetypes: {spelled(chosen[0])} (there: escalated "
-          f"{corpus_rate:.1%}; {show(chosen[2])})")  # fmt: skip
+    print(f"  the cheapest thresholds on the corpus's held-out {choice} ({CHOICES[choice]}): {spelled(chosen[0])} "
+          f"(there: escalated {corpus_rate:.1%}; {show(chosen[2])})")  # fmt: skip
     print(f"  on calibration/: escalated {escalated.mean():.1%} ({escalated.sum()} of {count}); {show(predicted)}")
 
     _, result = calibrate(scratch, args.escalate_to, args.models_file, spelled(chosen[0]), args.cache_path)

@@ -553,6 +553,28 @@ def test_train_judge_prints_the_held_out_kappas_and_how_reliable_their_probabili
                f"right {expected.share_right:.3f}, calibration error {expected.calibration_error:.3f}" in printed
 
 
+def test_cross_validation_holds_out_whatever_groups_it_is_given() -> None:
+    """Without groups it holds out archetypes; with groups, each item is predicted once, by a model
+    fitted on the other groups' items only: how those are split among themselves changes nothing."""
+    from psychosis_tests.analysis.judge_training import cross_validate
+
+    items = small_corpus()
+    by_archetype = cross_validate(items)
+    assert by_archetype == cross_validate(items, groups=[i.archetype for i in items])
+    halves = ["a" if n % 2 else "b" for n in range(len(items))]
+    quarters = ["a" if n % 2 else f"b{n % 4}" for n in range(len(items))]
+    in_halves, in_quarters = cross_validate(items, groups=halves), cross_validate(items, groups=quarters)
+    assert len(in_halves) == len(by_archetype) > 0
+    for halved, quartered in zip(in_halves, in_quarters, strict=True):
+        assert sorted(halved.item_ids) == sorted(i.id for i in items if halved.metric in i.metrics)
+        odd = {i.id for n, i in enumerate(items) if n % 2}
+        picked = [(i, p, q) for i, p, q in zip(halved.item_ids, halved.predicted, halved.probability, strict=True) if i in odd]
+        same = [(i, p, q) for i, p, q in zip(quartered.item_ids, quartered.predicted, quartered.probability, strict=True)
+                if i in odd]  # fmt: skip
+        assert sorted(picked) == sorted(same) and picked
+    assert in_halves != by_archetype  # the grouping was used: other folds, other predictions
+
+
 def test_the_cue_block_names_exactly_the_groups_the_cue_judge_finds() -> None:
     """The features' fast search (one alternation per group) agrees with the reference judge's own
     cue search on every corpus reply, and ignores quoted user words as that search does."""

@@ -196,15 +196,18 @@ class Fold:
     """The probability of each predicted level: what a cascade's threshold is compared with."""
 
 
-def cross_validate(items: Sequence[JudgeItem], progress: Callable[[str], None] = lambda _: None) -> list[Fold]:
-    """Leave one archetype out: fit on the others (vocabulary included), predict the held-out one."""
+def cross_validate(items: Sequence[JudgeItem], progress: Callable[[str], None] = lambda _: None,
+                   groups: Sequence[str] | None = None) -> list[Fold]:  # fmt: skip
+    """Leave one group out: fit on the other groups' items (vocabulary included), predict the held-out
+    group's. The groups are the archetypes unless `groups` names one per item."""
     blocks = [item_blocks(item) for item in items]
-    archetypes = sorted({item.archetype for item in items})
+    group_of = list(groups) if groups is not None else [item.archetype for item in items]
+    names = sorted(set(group_of))
     gathered: dict[tuple[str, str], tuple[list[int], list[int], list[bool], list[str], list[float]]] = {}
-    for number, held_out in enumerate(archetypes, start=1):
-        progress(f"cross-validation: archetype {number}/{len(archetypes)} held out ({held_out})")
-        train = [i for i, item in enumerate(items) if item.archetype != held_out]
-        test = [i for i, item in enumerate(items) if item.archetype == held_out]
+    for number, held_out in enumerate(names, start=1):
+        progress(f"cross-validation: {'archetype' if groups is None else 'group'} {number}/{len(names)} held out ({held_out})")
+        train = [i for i, group in enumerate(group_of) if group != held_out]
+        test = [i for i, group in enumerate(group_of) if group == held_out]
         vectoriser = build_vectoriser([blocks[i] for i in train])
         x_train = matrix(vectoriser, [blocks[i] for i in train])
         x_test = matrix(vectoriser, [blocks[i] for i in test])
