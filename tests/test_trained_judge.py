@@ -573,6 +573,8 @@ def test_cross_validation_holds_out_whatever_groups_it_is_given() -> None:
                 if i in odd]  # fmt: skip
         assert sorted(picked) == sorted(same) and picked
     assert in_halves != by_archetype  # the grouping was used: other folds, other predictions
+    with pytest.raises(ValueError, match="one group per item"):
+        cross_validate(items, groups=halves[:-1])
 
 
 def test_the_cue_block_names_exactly_the_groups_the_cue_judge_finds() -> None:

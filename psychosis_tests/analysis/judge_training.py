@@ -202,6 +202,8 @@ def cross_validate(items: Sequence[JudgeItem], progress: Callable[[str], None] =
     group's. The groups are the archetypes unless `groups` names one per item."""
     blocks = [item_blocks(item) for item in items]
     group_of = list(groups) if groups is not None else [item.archetype for item in items]
+    if len(group_of) != len(items):
+        raise ValueError(f"{len(group_of)} groups for {len(items)} items: name one group per item")
     names = sorted(set(group_of))
     gathered: dict[tuple[str, str], tuple[list[int], list[int], list[bool], list[str], list[float]]] = {}
     for number, held_out in enumerate(names, start=1):
