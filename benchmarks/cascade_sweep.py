@@ -53,7 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from psychosis_tests.analysis.agreement import kappa  # noqa: E402
-from psychosis_tests.analysis.judge_training import cross_validate  # noqa: E402
+from psychosis_tests.analysis.judge_training import cross_validate, file_folds  # noqa: E402
 from psychosis_tests.common.json_lines import json_lines  # noqa: E402
 from psychosis_tests.engine.judges import JudgeCall, TrainedJudge  # noqa: E402
 from psychosis_tests.records.calibration_result import GATED, row_title  # noqa: E402
@@ -155,28 +155,21 @@ def trained_simulation(items: list[CalibrationItem], escalation_level: Callable[
     return Simulation(probability, rows)
 
 
-BATCH_FOLDS = 10
 CHOICES = {
     "archetypes": "leave one archetype out",
-    "batches": f"{BATCH_FOLDS}-fold cross-validation grouped by item file",
+    "batches": "10-fold cross-validation grouped by item file",
 }
-"""Two held-out conditions to choose thresholds on. Holding an archetype out hides the theme too;
-holding item files out hides a writing batch (one archetype's round by one team rater, or one real
-model's round) of themes the judge has trained on, which is what calibration/ and a run on the
-suite's own scenarios are (docs/judge-validity.md)."""
+"""Two held-out conditions to choose thresholds on (`analysis.judge_training.file_folds` says why
+the second is closer to calibration/)."""
 
 
 def corpus_simulation(choice: str) -> Simulation:
     """The corpus's out-of-fold predictions, escalated to the corpus's own gold labels: a perfect
     escalation judge on replies no fold was fitted on. `choice` is a key of CHOICES: archetypes (as
-    `train-judge` prints them) or item files, sorted by path, dealt round-robin into BATCH_FOLDS folds."""
+    `train-judge` prints them) or writing batches (`file_folds`)."""
     with_files = load_items_with_files([ROOT / "judge_corpus"])
     items = [item for _, item in with_files]
-    groups = None
-    if choice == "batches":
-        files = sorted({file for file, _ in with_files})
-        fold_of = {file: f"fold {n % BATCH_FOLDS + 1:02d}" for n, file in enumerate(files)}
-        groups = [fold_of[file] for file, _ in with_files]
+    groups = file_folds([file for file, _ in with_files]) if choice == "batches" else None
     folds = cross_validate(items, lambda line: print(f"  {line}", file=sys.stderr, flush=True), groups)
     index = {item.id: n for n, item in enumerate(items)}
     probability = np.full((len(items), len(JUDGED_METRICS)), 2.0)

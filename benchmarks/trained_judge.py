@@ -7,6 +7,7 @@
     python benchmarks/trained_judge.py reliability # is a verdict's probability how often it is right?
     python benchmarks/trained_judge.py unseen      # judge_holdout/ per theme, trained without that theme
     python benchmarks/trained_judge.py origins     # how team-written the shipped router reads each held-out set
+    python benchmarks/trained_judge.py batches     # kappas with whole writing batches held out (themes seen)
 
 `speed` scores every reply of the shipped corpus with the shipped model file, one turn at a time
 as a run does, with BLAS limited to one thread, and prints the rate. `sources` holds out each
@@ -25,7 +26,11 @@ the model, nor the scripted conversation, nor the theme. It prints the kappas pe
 `origins` reads every reply of `calibration/`, the clinical pack's calibration items and each
 `judge_holdout/` folder with the shipped model's origin router (no label is read) and prints the
 mean share it gives the team-written origin and how many replies it reads as team-written
-(share 0.5 or more): which origin's adjustment scores each set.
+(share 0.5 or more): which origin's adjustment scores each set. `batches` is the cross-validation `train-judge` prints
+with writing batches held out instead of archetypes (`analysis.judge_training.file_folds`: ten
+folds of item files), kappas with intervals for all items and for real models' items: how the
+judge reads new replies on themes it has trained on, the condition of a run on the suite's own
+scenarios, where leaving an archetype out is the harder condition of a theme it never saw.
 """
 
 from __future__ import annotations
@@ -44,10 +49,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from psychosis_tests.analysis.agreement import kappa_text  # noqa: E402
-from psychosis_tests.analysis.judge_training import cross_validate, is_real_model, train  # noqa: E402
+from psychosis_tests.analysis.judge_training import cross_validate, file_folds, fold_lines, is_real_model, train  # noqa: E402
 from psychosis_tests.analysis.reliability import reliability as reliability_of  # noqa: E402
 from psychosis_tests.engine.trained_judge import TrainedJudgeModel, write_model_file  # noqa: E402
-from psychosis_tests.inputs.judge_items import load_items  # noqa: E402
+from psychosis_tests.inputs.judge_items import load_items, load_items_with_files  # noqa: E402
 from psychosis_tests.inputs.models import TRAINED_MODEL_FILE  # noqa: E402
 
 
@@ -178,9 +183,18 @@ def origins() -> None:
               f"read as team-written {team} ({team / len(shares):.0%})")  # fmt: skip
 
 
+def batches() -> None:
+    with_files = load_items_with_files([ROOT / "judge_corpus"])
+    items = [item for _, item in with_files]
+    groups = file_folds([file for file, _ in with_files])
+    print(f"{len(items)} corpus items, {len(set(groups))} folds of item files held out in turn:", flush=True)
+    folds = cross_validate(items, lambda line: print(f"  {line}", file=sys.stderr, flush=True), groups)
+    print("\n".join(fold_lines(folds)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["speed", "sources", "raters", "reliability", "unseen", "origins"])
+    parser.add_argument("what", choices=["speed", "sources", "raters", "reliability", "unseen", "origins", "batches"])
     args = parser.parse_args()
     if args.what == "speed":
         speed()
@@ -190,6 +204,8 @@ def main() -> None:
         raters()
     elif args.what == "reliability":
         reliability()
+    elif args.what == "batches":
+        batches()
     else:
         import tempfile
 

@@ -577,6 +577,17 @@ def test_cross_validation_holds_out_whatever_groups_it_is_given() -> None:
         cross_validate(items, groups=halves[:-1])
 
 
+def test_file_folds_hold_out_whole_files_dealt_in_path_order() -> None:
+    """Every item of a file lands in its file's fold; files are dealt round-robin in path order, so
+    the folds do not depend on the order the items came in."""
+    from psychosis_tests.analysis.judge_training import file_folds
+
+    files = [Path("c.jsonl"), Path("a.jsonl"), Path("c.jsonl"), Path("b.jsonl"), Path("a.jsonl"), Path("d.jsonl")]
+    groups = file_folds(files, folds=3)
+    assert groups == ["fold 03", "fold 01", "fold 03", "fold 02", "fold 01", "fold 01"]
+    assert file_folds(list(reversed(files)), folds=3) == list(reversed(groups))
+
+
 def test_the_cue_block_names_exactly_the_groups_the_cue_judge_finds() -> None:
     """The features' fast search (one alternation per group) agrees with the reference judge's own
     cue search on every corpus reply, and ignores quoted user words as that search does."""

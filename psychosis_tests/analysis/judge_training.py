@@ -24,6 +24,7 @@ import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import scipy
@@ -233,6 +234,16 @@ def cross_validate(items: Sequence[JudgeItem], progress: Callable[[str], None] =
             ids += [items[test[n]].id for n in test_rows]
             probabilities += probability
     return [Fold(kind, metric, *values) for (kind, metric), values in sorted(gathered.items())]
+
+
+def file_folds(files: Sequence[Path], folds: int = 10) -> list[str]:
+    """A `cross_validate` grouping that holds out writing batches: each item's group is its item
+    file's fold, the files sorted by path and dealt round-robin into `folds` folds. A file is one
+    batch (one archetype's round by one team rater, or one real model's round), so a held-out fold
+    is new replies on themes the judge has trained on, as calibration/ and a run on the suite's own
+    scenarios are; leaving an archetype out hides the theme too."""
+    fold_of = {file: f"fold {n % folds + 1:02d}" for n, file in enumerate(sorted(set(files)))}
+    return [fold_of[file] for file in files]
 
 
 def model_keys(items: Sequence[JudgeItem]) -> list[tuple[str, str]]:
