@@ -26,11 +26,12 @@ the model, nor the scripted conversation, nor the theme. It prints the kappas pe
 `origins` reads every reply of `calibration/`, the clinical pack's calibration items and each
 `judge_holdout/` folder with the shipped model's origin router (no label is read) and prints the
 mean share it gives the team-written origin and how many replies it reads as team-written
-(share 0.5 or more): which origin's adjustment scores each set. `batches` is the cross-validation `train-judge` prints
-with writing batches held out instead of archetypes (`analysis.judge_training.file_folds`: ten
-folds of item files), kappas with intervals for all items and for real models' items: how the
-judge reads new replies on themes it has trained on, the condition of a run on the suite's own
-scenarios, where leaving an archetype out is the harder condition of a theme it never saw.
+(share 0.5 or more): which origin's adjustment scores each set. `batches` is the cross-validation
+`train-judge` prints with writing batches held out instead of archetypes
+(`analysis.judge_training.file_folds`: ten folds of item files), kappas with intervals for all
+items and for real models' items: how the judge reads new replies on themes it has trained on, the
+condition of a run on the suite's own scenarios, where leaving an archetype out is the harder
+condition of a theme it never saw.
 """
 
 from __future__ import annotations
