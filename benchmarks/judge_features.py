@@ -43,14 +43,16 @@ from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-from scipy.sparse import csr_matrix, diags, hstack  # noqa: E402
+from scipy.sparse import csr_matrix, hstack  # noqa: E402
 from sklearn.linear_model import LogisticRegression  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from psychosis_tests.analysis.agreement import kappa  # noqa: E402
-from psychosis_tests.analysis.judge_training import build_vectoriser, is_real_model, item_blocks, matrix  # noqa: E402
+from psychosis_tests.analysis.judge_training import (  # noqa: E402
+    build_vectoriser, is_real_model, item_blocks, matrix, team_written, with_origins)
+from psychosis_tests.engine.trained_judge import logistic  # noqa: E402
 from psychosis_tests.inputs.judge_items import JudgeItem, load_items  # noqa: E402
 
 TARGETS = (("delusion", "dcs"), ("delusion", "hes"), ("delusion", "sis"), ("control", "occ"))
@@ -217,17 +219,12 @@ def _fit_predict(variant: Variant, metric: str, x_train, y: np.ndarray, x_test, 
     return np.array(levels)[probabilities.argmax(axis=1)]
 
 
-def _origins(x, share: np.ndarray):
-    """Three copies side by side: all rows, rows weighted by `share`, rows weighted by 1 - `share`."""
-    return hstack([x, diags(share) @ x, diags(1.0 - share) @ x]).tocsr()
-
-
 def held_out(items: Sequence[JudgeItem], groups: list[str | None], embeddings: dict[tuple[str, str], np.ndarray],
              progress: Callable[[str], None]) -> dict[str, Predictions]:  # fmt: skip
     """Each group (None: never held out) predicted by models fitted on all other items, per variant."""
     blocks = [item_blocks(item) for item in items]
     results = {variant.name: Predictions() for variant in VARIANTS}
-    team = np.array([0.0 if is_real_model(item) else 1.0 for item in items])
+    team = team_written(items)
     names = sorted({g for g in groups if g is not None})
     for number, group in enumerate(names, start=1):
         progress(f"  {number}/{len(names)} held out: {group}")
@@ -237,10 +234,10 @@ def held_out(items: Sequence[JudgeItem], groups: list[str | None], embeddings: d
         sparse = matrix(vectoriser, blocks).tocsr()
         user_columns = np.array([n.startswith("u:") for n in vectoriser.vocabulary])
         cue_columns = np.array([n.startswith("c:") for n in vectoriser.vocabulary])
+        style = np.array([n.startswith(("w:", "m:")) for n in vectoriser.vocabulary], dtype=np.float64)
         for variant in VARIANTS:
             share = team
             if variant.origins:  # test rows are read by a router fitted on the training rows only
-                style = np.array([n.startswith(("w:", "m:")) for n in vectoriser.vocabulary], dtype=np.float64)
                 router = _classifier(variant).fit(csr_matrix(sparse[train].multiply(style[np.newaxis, :])), team[train])
                 share = team.copy()
                 share[test] = router.predict_proba(csr_matrix(sparse[test].multiply(style[np.newaxis, :])))[:, 1]
@@ -262,7 +259,7 @@ def held_out(items: Sequence[JudgeItem], groups: list[str | None], embeddings: d
                 weights = np.array([variant.real_weight if is_real_model(items[i]) else 1.0 for i in fit])
                 x_fit, x_scored = x_metric[fit], x_metric[scored]
                 if variant.origins:
-                    x_fit, x_scored = _origins(x_fit, share[fit]), _origins(x_scored, share[scored])
+                    x_fit, x_scored = with_origins(x_fit, share[fit]), with_origins(x_scored, share[scored])
                 judged = _fit_predict(variant, metric, x_fit, y, x_scored, weights)
                 results[variant.name].add((kind, metric), [items[i].gold()[metric] for i in scored],
                                           [int(j) for j in judged], [is_real_model(items[i]) for i in scored])  # fmt: skip
@@ -285,7 +282,7 @@ def speed(items: Sequence[JudgeItem], embedder: StaticEmbeddings | ContextualEmb
     for item in timed:
         columns, values = vectoriser.row(item_blocks(item))
         vectors = [embedder.mean(item.reply if text == "reply" else item.user) for text in variant.embed]
-        share = 1.0 / (1.0 + np.exp(-float(router[columns].astype(np.float64) @ values))) if variant.origins else 1.0
+        share = float(logistic(float(router[columns].astype(np.float64) @ values))) if variant.origins else 1.0
         for model in range(4):
             mixed = weights[0][model][:, columns].astype(np.float64)
             if variant.origins:

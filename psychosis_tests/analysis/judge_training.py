@@ -123,6 +123,13 @@ def _fit(x: csr_matrix, y: np.ndarray, sample_weight: np.ndarray) -> LogisticReg
     return model.fit(x, y, sample_weight=sample_weight)
 
 
+def blocks_only(vectoriser: Vectoriser, x: csr_matrix, blocks: frozenset[str]) -> csr_matrix:
+    """`x` with every column outside these feature blocks zeroed, so a model fitted on it gives
+    them weights of exactly zero."""
+    kept = np.array([name.split(":", 1)[0] in blocks for name in vectoriser.vocabulary], dtype=np.float64)
+    return x if kept.all() else csr_matrix(x.multiply(kept[np.newaxis, :]))
+
+
 def team_written(items: Sequence[JudgeItem]) -> np.ndarray:
     """1.0 for each team-written item, 0.0 for each real model's."""
     return np.array([0.0 if is_real_model(item) else 1.0 for item in items])
@@ -140,11 +147,7 @@ def fit_metric(vectoriser: Vectoriser, x: csr_matrix, y: np.ndarray, metric: str
     `team` is 1): cumulative for CUMULATIVE metrics with more than two levels, blind to the blocks it
     does not read (BLOCKS_READ: their weights are exactly zero), with shared weights and one
     adjustment per origin."""
-    read = BLOCKS_READ.get(metric, DEFAULT_BLOCKS)
-    kept = np.array([name.split(":", 1)[0] in read for name in vectoriser.vocabulary], dtype=np.float64)
-    if not kept.all():
-        x = csr_matrix(x.multiply(kept[np.newaxis, :]))
-    x = with_origins(x, team)
+    x = with_origins(blocks_only(vectoriser, x, BLOCKS_READ.get(metric, DEFAULT_BLOCKS)), team)
     levels = sorted(set(y.tolist()))
     if metric in CUMULATIVE and len(levels) > 2:
         fits = [_fit(x, (y >= level).astype(np.int64), sample_weight) for level in levels[1:]]
@@ -161,8 +164,7 @@ def fit_router(vectoriser: Vectoriser, x: csr_matrix, team: np.ndarray) -> Origi
     if len(set(team.tolist())) < 2:
         bias = ONE_ORIGIN_BIAS if team[0] == 1.0 else -ONE_ORIGIN_BIAS
         return OriginRouter(np.zeros(len(vectoriser.vocabulary), np.float32), bias)
-    read = np.array([name.split(":", 1)[0] in ROUTER_BLOCKS for name in vectoriser.vocabulary], dtype=np.float64)
-    fit = _fit(csr_matrix(x.multiply(read[np.newaxis, :])), team.astype(np.int64), np.ones(len(team)))
+    fit = _fit(blocks_only(vectoriser, x, ROUTER_BLOCKS), team.astype(np.int64), np.ones(len(team)))
     return OriginRouter(fit.coef_[0].astype(np.float32), float(fit.intercept_[0]))
 
 
