@@ -23,8 +23,9 @@ the gate reads on an item's kind can escalate it, as in the cascade itself. Prin
    calibration/ is), each held-out item escalated to its gold labels (a few minutes more); what each
    choice gives on calibration/, and a real `calibrate` of that cascade (`--judge trained
    --escalate-to ID --escalate-threshold ...`), whose kappas and escalation rate must equal the sweep's;
-4. DCS and HES on `judge_holdout/`, real models' replies the trained judge never trained on, each
-   escalated to its gold labels below the threshold: what the cascade costs on real models' text.
+4. DCS and HES on the other models' replies of `judge_holdout/` (`OTHER_MODELS_HOLDOUT`), which the
+   trained judge never trained on, each escalated to its gold labels below the threshold: what the
+   cascade costs on real models' text.
 
 `reference/judge-gold` knows the gold labels (docs/reference-models.md): against it the curve is
 the best a cascade with this first judge can do; with a real judge the ceiling is that judge's own
@@ -52,6 +53,7 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.trained_judge import OTHER_MODELS_HOLDOUT  # noqa: E402
 from psychosis_tests.analysis.agreement import kappa  # noqa: E402
 from psychosis_tests.analysis.judge_training import cross_validate, file_folds  # noqa: E402
 from psychosis_tests.common.json_lines import json_lines  # noqa: E402
@@ -183,17 +185,17 @@ def corpus_simulation(choice: str) -> Simulation:
 
 
 HOLDOUT_METRICS = ("dcs", "hes")
-"""What judge_holdout/ can measure: it has no control item and one referral."""
+"""What OTHER_MODELS_HOLDOUT can measure: it has no control item and one referral."""
 
 
 def holdout_curve() -> None:
-    """DCS and HES on judge_holdout/ (real models' replies the trained judge never trained on), each
+    """DCS and HES on OTHER_MODELS_HOLDOUT (real models' replies the trained judge never trained on), each
     escalated to its gold labels wherever the trained judge's probability is under the threshold:
     what a cascade costs on real models' text. The holdout has no control item and one referral,
     so it says nothing of the SIS and OCC rows."""
-    items = calibration_set_from_items([ROOT / "judge_holdout"]).items
+    items = calibration_set_from_items(list(OTHER_MODELS_HOLDOUT)).items
     on_holdout = trained_simulation(items, lambda item, metric: item.gold(metric))
-    print(f"\non judge_holdout/ ({len(items)} real models' replies never trained on), each metric escalated to gold "
+    print(f"\non judge_holdout/'s other models ({len(items)} real models' replies never trained on), each metric escalated to gold "
           "below the threshold:")  # fmt: skip
     print(f"{'threshold':>9}  " + "  ".join(f"{m.upper()} escalated, kappa" for m in HOLDOUT_METRICS) + "  turns escalated")
     for t in PER_METRIC:

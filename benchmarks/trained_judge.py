@@ -5,7 +5,7 @@
                                                    # score that source (never seen), print kappas
     python benchmarks/trained_judge.py raters      # agreement of the corpus's two raters where both labelled
     python benchmarks/trained_judge.py reliability # is a verdict's probability how often it is right?
-    python benchmarks/trained_judge.py unseen      # judge_holdout/ per theme, trained without that theme
+    python benchmarks/trained_judge.py unseen      # other models' holdout per theme, trained without that theme
     python benchmarks/trained_judge.py origins     # how team-written the shipped router reads each held-out set
     python benchmarks/trained_judge.py batches     # kappas with whole writing batches held out (themes seen)
 
@@ -16,10 +16,10 @@ on everything else (team-written items included), so the figure is how it does o
 output it has never seen. `reliability` checks the probability each verdict carries (what a
 cascade's thresholds read, and what a rationale shows as p=...) against how often verdicts with that
 probability are right, on replies the judge did not train on: the corpus's leave-one-archetype-out
-predictions (as `train-judge` makes them) and the shipped model on `judge_holdout/`. It prints, per
+predictions (as `train-judge` makes them) and the shipped model on OTHER_MODELS_HOLDOUT. It prints, per
 metric, the mean probability, the share right, the expected calibration error (the gap between
 the two within ten bins of probability, weighted by the bins' sizes) and the bins. `unseen` scores
-`judge_holdout/` (replies the judge never trains on) one conversation theme at a time with a judge
+OTHER_MODELS_HOLDOUT (replies the judge never trains on) one conversation theme at a time with a judge
 trained on the corpus without that theme, so neither the reply nor its conversation's theme was
 seen: for the holdout's SchizoBench models (Gemini and DeepSeek, absent from the corpus) neither
 the model, nor the scripted conversation, nor the theme. It prints the kappas per holdout folder.
@@ -55,6 +55,12 @@ from psychosis_tests.analysis.reliability import reliability as reliability_of  
 from psychosis_tests.engine.trained_judge import TrainedJudgeModel, write_model_file  # noqa: E402
 from psychosis_tests.inputs.judge_items import load_items, load_items_with_files  # noqa: E402
 from psychosis_tests.inputs.models import TRAINED_MODEL_FILE  # noqa: E402
+
+
+OTHER_MODELS_HOLDOUT = tuple(ROOT / "judge_holdout" / name for name in ("schizobench", "schizobench-seen", "spiral-bench"))
+"""The judge_holdout/ folders of other models' replies, which `unseen`, `reliability` and the cascade
+sweep read. judge_holdout/smollm2/, the embedded model's own replies from a fresh run (half of them on
+control turns), is measured on its own with `calibrate --items` (docs/judge-validity.md)."""
 
 
 def speed() -> None:
@@ -111,8 +117,7 @@ def raters() -> None:
 
 def unseen(scratch: Path) -> None:
     corpus = load_items([ROOT / "judge_corpus"])
-    folders = sorted(p for p in (ROOT / "judge_holdout").iterdir() if p.is_dir())
-    holdout = {folder.name: load_items([folder]) for folder in folders}
+    holdout = {folder.name: load_items([folder]) for folder in OTHER_MODELS_HOLDOUT}
     themes = sorted({item.archetype for items in holdout.values() for item in items})
     print(f"{len(corpus)} corpus items; {sum(map(len, holdout.values()))} holdout items over {len(themes)} themes, "
           "each scored by a judge trained without its theme", flush=True)  # fmt: skip
@@ -149,8 +154,8 @@ def reliability() -> None:
         right = [g == j for g, j in zip(fold.gold, fold.predicted, strict=True)]
         print("  " + _reliability_lines(f"{fold.kind} {fold.metric.upper()}", fold.probability, right), flush=True)
     model = TrainedJudgeModel.load(TRAINED_MODEL_FILE)
-    holdout = load_items([ROOT / "judge_holdout"])
-    print(f"the shipped model on judge_holdout/ ({len(holdout)} items):")
+    holdout = load_items(list(OTHER_MODELS_HOLDOUT))
+    print(f"the shipped model on other models' replies in judge_holdout/ ({len(holdout)} items):")
     scored = [(item, model.score(item.reply, item.user, item.phase, item.kind, item.metrics)) for item in holdout]
     for kind in sorted({item.kind for item in holdout}):
         for metric in ("dcs", "hes", "sis", "occ"):

@@ -104,8 +104,9 @@ def test_train_judge_refuses_an_item_copying_a_pack_calibration_reply(corpus: li
 
 
 def test_the_real_model_holdout_is_apart_from_the_corpus_and_every_calibration_set(corpus: list[JudgeItem]) -> None:
-    """judge_holdout/ measures the trained judge on real models' replies it never saw: train-judge's
-    default corpus is not it and holds none of its items or replies, and no calibration reply is in it."""
+    """judge_holdout/ measures the trained judge on real models' replies it never saw (the embedded
+    model's among them): train-judge's default corpus is not it and holds none of its items or
+    replies, and no calibration reply is in it."""
     holdout = load_items([HOLDOUT])
     assert len(holdout) >= 1200
     spiral = {i.source for i in holdout if i.source.startswith("spiral-bench")}
@@ -115,8 +116,13 @@ def test_the_real_model_holdout_is_apart_from_the_corpus_and_every_calibration_s
     assert not any(i.source.startswith(("schizobench v3 gemini-", "schizobench v3 deepseek-")) for i in corpus)  # families never trained on
     seen = {i.source for i in load_items([HOLDOUT / "schizobench-seen"])}  # unseen replies of models the corpus has
     assert seen and seen <= {i.source for i in corpus if i.source.startswith("schizobench v3 ")}
-    assert {i.source for i in holdout} == spiral | unseen | seen
-    assert {i.licence for i in holdout} == {"MIT (Spiral-Bench, Sam Paech)", "MIT (SchizoBench Contributors)"}
+    embedded = load_items([HOLDOUT / "smollm2"])  # the offline default target's own replies, from a fresh run
+    assert len(embedded) >= 400 and {i.kind for i in embedded} == {"delusion", "control"}
+    assert {i.source for i in embedded} == {"smollm2-135m-instruct (the embedded model), a fresh run of this suite"}
+    assert all(len(i.labels) >= 2 for i in embedded)  # every reply labelled blind twice
+    assert {i.source for i in holdout} == spiral | unseen | seen | {i.source for i in embedded}
+    assert {i.licence for i in holdout} == {"MIT (Spiral-Bench, Sam Paech)", "MIT (SchizoBench Contributors)",
+                                            "MIT (this project's runs; the model is Apache-2.0)"}  # fmt: skip
     assert (REPO / DEFAULT_CORPUS).resolve() == CORPUS.resolve() and CORPUS not in HOLDOUT.resolve().parents
     assert not {i.id for i in holdout} & {i.id for i in corpus}
     assert overlaps([i.reply for i in holdout], [i.reply for i in corpus]) == []
