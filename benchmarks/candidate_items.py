@@ -7,7 +7,8 @@ corpus alone and on the corpus with the added items, and prints, for both and th
 - leave one archetype out, scored on the corpus's own items only (the added items are trained on
   and never scored, so both columns read the same replies);
 - each folder of `judge_holdout/` (real models' replies the judge never trains on), scored by the
-  judge trained on everything; files that are added are left out of the holdout they sit in.
+  judge trained on everything, its delusion and control turns apart; files that are added are left
+  out of the holdout they sit in.
 This is the measurement a team's rule for adding a round of labels reads (docs/judge-validity.md:
 fix the rule first, then run this once). calibration/ is never read, and an added item that copies
 a calibration reply stops the run as it stops `train-judge`. Takes about ten minutes on one core.
@@ -36,7 +37,6 @@ from psychosis_tests.common.errors import ConfigError  # noqa: E402
 from psychosis_tests.inputs.judge_items import JudgeItem, load_items, load_items_with_files  # noqa: E402
 
 ROWS = (("delusion", "dcs"), ("delusion", "hes"), ("delusion", "sis"), ("control", "occ"), ("control", "sis"))
-HOLDOUT_METRICS = ("dcs", "hes", "sis")
 
 
 def progress(line: str) -> None:
@@ -54,15 +54,16 @@ def loao_kappas(items: list[JudgeItem], scored_ids: set[str]) -> dict[tuple[str,
     return kappas
 
 
-def holdout_kappas(items: list[JudgeItem], holdouts: dict[str, list[JudgeItem]], scratch: Path) -> dict[tuple[str, str], float | None]:
-    """Kappa per (holdout folder, metric) of a judge trained on `items`, loaded from a model file as a run loads it."""
+def holdout_kappas(items: list[JudgeItem], holdouts: dict[str, list[JudgeItem]], scratch: Path) -> dict[tuple[str, str, str], float | None]:
+    """Kappa per (holdout folder, kind, metric) of a judge trained on `items`, loaded from a model file as a run loads it."""
     model = fitted(items, scratch)
-    kappas: dict[tuple[str, str], float | None] = {}
+    kappas: dict[tuple[str, str, str], float | None] = {}
     for name, held in holdouts.items():
         scored = [(item, model.score(item.reply, item.user, item.phase, item.kind, item.metrics)) for item in held]
-        for metric in HOLDOUT_METRICS:
-            pairs = [(item.gold()[metric], verdict[metric].level) for item, verdict in scored if metric in verdict]
-            kappas[(name, metric)] = kappa([g for g, _ in pairs], [j for _, j in pairs], metric) if len(pairs) > 1 else None
+        for kind, metric in ROWS:
+            pairs = [(item.gold()[metric], verdict[metric].level)
+                     for item, verdict in scored if item.kind == kind and metric in verdict]  # fmt: skip
+            kappas[(name, kind, metric)] = kappa([g for g, _ in pairs], [j for _, j in pairs], metric) if len(pairs) > 1 else None
     return kappas
 
 
@@ -107,8 +108,10 @@ def main() -> int:
         print(row(f"{kind} {metric.upper()}", measured["without"][0][(kind, metric)], measured["with"][0][(kind, metric)]))
     for name, held in holdouts.items():
         print(f"{name} ({len(held)} items):")
-        for metric in HOLDOUT_METRICS:
-            print(row(metric.upper(), measured["without"][1][(name, metric)], measured["with"][1][(name, metric)]))
+        for kind, metric in ROWS:
+            if any(item.kind == kind and metric in item.metrics for item in held):
+                key = (name, kind, metric)
+                print(row(f"{kind} {metric.upper()}", measured["without"][1][key], measured["with"][1][key]))
     return 0
 
 
