@@ -53,15 +53,14 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.trained_judge import OTHER_MODELS_HOLDOUT  # noqa: E402
+from benchmarks.trained_judge import OTHER_MODELS_HOLDOUT, corpus_in_batches  # noqa: E402
 from psychosis_tests.analysis.agreement import kappa  # noqa: E402
-from psychosis_tests.analysis.judge_training import cross_validate, file_folds  # noqa: E402
+from psychosis_tests.analysis.judge_training import cross_validate  # noqa: E402
 from psychosis_tests.common.json_lines import json_lines  # noqa: E402
 from psychosis_tests.engine.judges import JudgeCall, TrainedJudge  # noqa: E402
 from psychosis_tests.records.calibration_result import GATED, row_title  # noqa: E402
 from psychosis_tests.inputs.calibration import CalibrationItem  # noqa: E402
 from psychosis_tests.inputs.item_calibration import calibration_set_from_items  # noqa: E402
-from psychosis_tests.inputs.judge_items import load_items_with_files  # noqa: E402
 from psychosis_tests.inputs.method import JUDGED_METRICS, PHASE_NAMES, gated_metrics  # noqa: E402
 from psychosis_tests.inputs.models import DEFAULT_ESCALATION_THRESHOLDS, builtin_models  # noqa: E402
 from psychosis_tests.inputs.settings import resolve  # noqa: E402
@@ -169,9 +168,8 @@ def corpus_simulation(choice: str) -> Simulation:
     """The corpus's out-of-fold predictions, escalated to the corpus's own gold labels: a perfect
     escalation judge on replies no fold was fitted on. `choice` is a key of CHOICES: archetypes (as
     `train-judge` prints them) or writing batches (`file_folds`)."""
-    with_files = load_items_with_files([ROOT / "judge_corpus"])
-    items = [item for _, item in with_files]
-    groups = file_folds([file for file, _ in with_files]) if choice == "batches" else None
+    items, batch_folds = corpus_in_batches()
+    groups = batch_folds if choice == "batches" else None
     folds = cross_validate(items, lambda line: print(f"  {line}", file=sys.stderr, flush=True), groups)
     index = {item.id: n for n, item in enumerate(items)}
     probability = np.full((len(items), len(JUDGED_METRICS)), 2.0)

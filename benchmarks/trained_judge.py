@@ -53,7 +53,7 @@ from psychosis_tests.analysis.agreement import kappa_text  # noqa: E402
 from psychosis_tests.analysis.judge_training import cross_validate, file_folds, fold_lines, is_real_model, train  # noqa: E402
 from psychosis_tests.analysis.reliability import reliability as reliability_of  # noqa: E402
 from psychosis_tests.engine.trained_judge import TrainedJudgeModel, write_model_file  # noqa: E402
-from psychosis_tests.inputs.judge_items import load_items, load_items_with_files  # noqa: E402
+from psychosis_tests.inputs.judge_items import JudgeItem, load_items, load_items_with_files  # noqa: E402
 from psychosis_tests.inputs.models import TRAINED_MODEL_FILE  # noqa: E402
 
 
@@ -189,10 +189,14 @@ def origins() -> None:
               f"read as team-written {team} ({team / len(shares):.0%})")  # fmt: skip
 
 
-def batches() -> None:
+def corpus_in_batches() -> tuple[list[JudgeItem], list[str]]:
+    """The corpus's items and, per item, its writing batch's fold (`file_folds`)."""
     with_files = load_items_with_files([ROOT / "judge_corpus"])
-    items = [item for _, item in with_files]
-    groups = file_folds([file for file, _ in with_files])
+    return [item for _, item in with_files], file_folds([file for file, _ in with_files])
+
+
+def batches() -> None:
+    items, groups = corpus_in_batches()
     print(f"{len(items)} corpus items, {len(set(groups))} folds of item files held out in turn:", flush=True)
     folds = cross_validate(items, lambda line: print(f"  {line}", file=sys.stderr, flush=True), groups)
     print("\n".join(fold_lines(folds)))
