@@ -55,6 +55,8 @@ def test_real_model_output_is_in_it_with_source_and_licence(corpus: list[JudgeIt
     schizobench = [s for s in real if s.startswith("schizobench v3 ")]
     assert len(schizobench) >= 15 and sum(real[s] for s in schizobench) >= 500
     assert {i.licence for i in corpus if i.source.startswith("schizobench")} == {"MIT (SchizoBench Contributors)"}
+    fresh = [i for i in corpus if i.source == "smollm2-135m-instruct (the embedded model), a fresh run of this suite"]
+    assert len(fresh) >= 400 and all(len(i.labels) >= 2 for i in fresh)  # the offline default target's replies, labelled twice
 
 
 def test_registers_vary(corpus: list[JudgeItem]) -> None:
