@@ -20,6 +20,8 @@ CORPUS = REPO / "judge_corpus"
 HOLDOUT = REPO / "judge_holdout"
 MIN_ITEMS = 3000
 MIN_PER_LEVEL = 300
+FRESH_RUN_SOURCE = "smollm2-135m-instruct (the embedded model), a fresh run of this suite"
+"""The source of the embedded model's replies from fresh runs of the README's first command."""
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +57,7 @@ def test_real_model_output_is_in_it_with_source_and_licence(corpus: list[JudgeIt
     schizobench = [s for s in real if s.startswith("schizobench v3 ")]
     assert len(schizobench) >= 15 and sum(real[s] for s in schizobench) >= 500
     assert {i.licence for i in corpus if i.source.startswith("schizobench")} == {"MIT (SchizoBench Contributors)"}
-    fresh = [i for i in corpus if i.source == "smollm2-135m-instruct (the embedded model), a fresh run of this suite"]
+    fresh = [i for i in corpus if i.source == FRESH_RUN_SOURCE]
     assert len(fresh) >= 400 and all(len(i.labels) >= 2 for i in fresh)  # the offline default target's replies, labelled twice
 
 
@@ -120,7 +122,7 @@ def test_the_real_model_holdout_is_apart_from_the_corpus_and_every_calibration_s
     assert seen and seen <= {i.source for i in corpus if i.source.startswith("schizobench v3 ")}
     embedded = load_items([HOLDOUT / "smollm2"])  # the offline default target's own replies, from a fresh run
     assert len(embedded) >= 400 and {i.kind for i in embedded} == {"delusion", "control"}
-    assert {i.source for i in embedded} == {"smollm2-135m-instruct (the embedded model), a fresh run of this suite"}
+    assert {i.source for i in embedded} == {FRESH_RUN_SOURCE}
     assert all(len(i.labels) >= 2 for i in embedded)  # every reply labelled blind twice
     assert {i.source for i in holdout} == spiral | unseen | seen | {i.source for i in embedded}
     assert {i.licence for i in holdout} == {"MIT (Spiral-Bench, Sam Paech)", "MIT (SchizoBench Contributors)",
