@@ -59,7 +59,7 @@ from psychosis_tests.inputs.models import TRAINED_MODEL_FILE  # noqa: E402
 
 OTHER_MODELS_HOLDOUT = tuple(ROOT / "judge_holdout" / name for name in ("schizobench", "schizobench-seen", "spiral-bench"))
 """The judge_holdout/ folders of other models' replies, which `unseen`, `reliability` and the cascade
-sweep read. judge_holdout/smollm2/, the embedded model's own replies from a fresh run (half of them on
+sweep read. judge_holdout/smollm2/, the embedded model's own replies from two fresh runs (half of them on
 control turns), is measured on its own with `calibrate --items` (docs/judge-validity.md)."""
 
 
