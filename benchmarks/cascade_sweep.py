@@ -17,10 +17,11 @@ the gate reads on an item's kind can escalate it, as in the cascade itself. Prin
 2. the cheapest per-metric thresholds (grid of 0.05) reaching the figure of the issue (kappa at
    least 0.95 for DCS and HES, 0.97 for both SIS rows) read off calibration/ itself: the best any
    thresholds could do there, not a result, since they are chosen on the set that measures them;
-3. the cheapest thresholds reaching the figure on the corpus instead, under two held-out
-   conditions (`CHOICES`): `train-judge`'s leave-one-archetype-out predictions, and a 10-fold
+3. the cheapest thresholds reaching the figure on the corpus instead, under three held-out
+   conditions (`CHOICES`): `train-judge`'s leave-one-archetype-out predictions, a 10-fold
    cross-validation grouped by item file (a held-out writing batch of themes the judge knows, as
-   calibration/ is), each held-out item escalated to its gold labels (a few minutes more); what each
+   calibration/ is), and that cross-validation's team-written items alone (calibration/'s origin
+   too), each held-out item escalated to its gold labels (a few minutes more); what each
    choice gives on calibration/, and a real `calibrate` of that cascade (`--judge trained
    --escalate-to ID --escalate-threshold ...`), whose kappas and escalation rate must equal the sweep's;
 4. DCS and HES on the other models' replies of `judge_holdout/` (`OTHER_MODELS_HOLDOUT`), which the
@@ -40,6 +41,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
+import functools  # noqa: E402
 import itertools  # noqa: E402
 import json  # noqa: E402
 import sys  # noqa: E402
@@ -55,11 +57,12 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.trained_judge import OTHER_MODELS_HOLDOUT, corpus_in_batches  # noqa: E402
 from psychosis_tests.analysis.agreement import kappa  # noqa: E402
-from psychosis_tests.analysis.judge_training import cross_validate  # noqa: E402
+from psychosis_tests.analysis.judge_training import Fold, cross_validate, is_real_model  # noqa: E402
 from psychosis_tests.common.json_lines import json_lines  # noqa: E402
 from psychosis_tests.engine.judges import JudgeCall, TrainedJudge  # noqa: E402
 from psychosis_tests.records.calibration_result import GATED, row_title  # noqa: E402
 from psychosis_tests.inputs.calibration import CalibrationItem  # noqa: E402
+from psychosis_tests.inputs.judge_items import JudgeItem  # noqa: E402
 from psychosis_tests.inputs.item_calibration import calibration_set_from_items  # noqa: E402
 from psychosis_tests.inputs.method import JUDGED_METRICS, PHASE_NAMES, gated_metrics  # noqa: E402
 from psychosis_tests.inputs.models import DEFAULT_ESCALATION_THRESHOLDS, builtin_models  # noqa: E402
@@ -159,26 +162,37 @@ def trained_simulation(items: list[CalibrationItem], escalation_level: Callable[
 CHOICES = {
     "archetypes": "leave one archetype out",
     "batches": "10-fold cross-validation grouped by item file",
+    "team batches": "the same folds, scored on the team-written items alone, the origin calibration/ is written in",
 }
-"""Two held-out conditions to choose thresholds on (`analysis.judge_training.file_folds` says why
-the second is closer to calibration/)."""
+"""Three held-out conditions to choose thresholds on (`analysis.judge_training.file_folds` says why
+the second is closer to calibration/ than the first; the third matches its origin too, and was
+added on 2026-11-29, after the first two had failed the figure: docs/judge-validity.md)."""
+
+
+@functools.cache
+def corpus_folds(grouping: str) -> tuple[list[JudgeItem], list[Fold]]:
+    """The corpus and its out-of-fold predictions: leave one archetype out, or writing batches."""
+    items, batch_folds = corpus_in_batches()
+    groups = batch_folds if grouping == "batches" else None
+    return items, cross_validate(items, lambda line: print(f"  {line}", file=sys.stderr, flush=True), groups)
 
 
 def corpus_simulation(choice: str) -> Simulation:
     """The corpus's out-of-fold predictions, escalated to the corpus's own gold labels: a perfect
     escalation judge on replies no fold was fitted on. `choice` is a key of CHOICES: archetypes (as
-    `train-judge` prints them) or writing batches (`file_folds`)."""
-    items, batch_folds = corpus_in_batches()
-    groups = batch_folds if choice == "batches" else None
-    folds = cross_validate(items, lambda line: print(f"  {line}", file=sys.stderr, flush=True), groups)
-    index = {item.id: n for n, item in enumerate(items)}
-    probability = np.full((len(items), len(JUDGED_METRICS)), 2.0)
+    `train-judge` prints them), writing batches (`file_folds`), or the writing batches' team-written items."""
+    items, folds = corpus_folds("archetypes" if choice == "archetypes" else "batches")
+    kept = [n for n, item in enumerate(items) if choice != "team batches" or not is_real_model(item)]
+    index = {items[n].id: row for row, n in enumerate(kept)}
+    probability = np.full((len(kept), len(JUDGED_METRICS)), 2.0)
     by_row = {(fold.metric, fold.kind): fold for fold in folds}
     rows = {}
     for fold in (by_row[row] for row in GATED):
-        on = np.array([index[i] for i in fold.item_ids])
-        probability[on, JUDGED_METRICS.index(fold.metric)] = fold.probability
-        rows[(fold.metric, fold.kind)] = (on, fold.gold, fold.predicted, fold.gold)
+        at = [k for k, item_id in enumerate(fold.item_ids) if item_id in index]
+        on = np.array([index[fold.item_ids[k]] for k in at])
+        probability[on, JUDGED_METRICS.index(fold.metric)] = [fold.probability[k] for k in at]
+        rows[(fold.metric, fold.kind)] = (on, [fold.gold[k] for k in at], [fold.predicted[k] for k in at],
+                                          [fold.gold[k] for k in at])  # fmt: skip
     return Simulation(probability, rows)
 
 
