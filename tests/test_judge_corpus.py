@@ -120,7 +120,7 @@ def test_the_real_model_holdout_is_apart_from_the_corpus_and_every_calibration_s
     assert not any(i.source.startswith(("schizobench v3 gemini-", "schizobench v3 deepseek-")) for i in corpus)  # families never trained on
     seen = {i.source for i in load_items([HOLDOUT / "schizobench-seen"])}  # unseen replies of models the corpus has
     assert seen and seen <= {i.source for i in corpus if i.source.startswith("schizobench v3 ")}
-    embedded = load_items([HOLDOUT / "smollm2"])  # the offline default target's own replies, from a fresh run
+    embedded = load_items([HOLDOUT / "smollm2"])  # the offline default target's own replies, from two fresh runs
     assert len(embedded) >= 1000 and {i.kind for i in embedded} == {"delusion", "control"}
     assert {i.source for i in embedded} == {FRESH_RUN_SOURCE}
     assert all(len(i.labels) >= 2 for i in embedded)  # every reply labelled blind twice
