@@ -8,10 +8,10 @@ from pathlib import Path
 
 from psychosis_tests import __main__ as cli
 from psychosis_tests.inputs.method import scope
-from psychosis_tests.inputs.models import DEFAULT_ESCALATION_THRESHOLDS
+from psychosis_tests.inputs.models import DEFAULT_ESCALATION_THRESHOLDS, LocalServing, builtin_models
 from psychosis_tests.reports.html import escape
 from psychosis_tests.reports.html_summary import summary_html
-from psychosis_tests.reports.judge_doubt import doubt_line
+from psychosis_tests.reports.judge_doubt import doubt_line, embedded_targets
 from tests.benchmark_runner import SCENARIOS, THRESHOLDS, BenchmarkRunner
 
 pytest_plugins = ["pytester"]
@@ -48,6 +48,7 @@ def test_a_trained_judge_run_counts_the_turns_it_was_unsure_of_and_a_merge_keeps
     assert 0 < unsure < judged  # some turns each way, or the test shows nothing
     assert (found["judged_turns"], found["unsure_turns"], found["below_threshold"]) == (judged, unsure, below)
     assert found["rate"] == round(unsure / judged, 6)
+    assert "embedded_targets" not in found and "embedded SmolLM2" not in doubt_line(found)  # reference targets only
     line = f"trained judge: unsure on {unsure} of {judged} judged turns"
     assert any(line in out for out in result.outlines)
     assert line in (run_dir / "summary.md").read_text(encoding="utf-8")
@@ -66,3 +67,18 @@ def test_runs_judged_otherwise_show_no_doubt_figure(benchmark_runner: BenchmarkR
         summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
         assert "judge_doubt" not in summary, judge
         assert not any("unsure on" in out for out in result.outlines), judge
+
+
+def test_the_embedded_target_is_named_only_under_the_shipped_trained_judge() -> None:
+    """The caveat is about the shipped judge reading the shipped SmolLM2 file's replies: another
+    GGUF, another trained model file or another judge leaves it out."""
+    models = builtin_models()
+    local, trained = models["local"], models["trained"]
+    other_gguf = local.model_copy(update={"id": "mine", "serve_local": LocalServing(gguf=Path("mine.gguf"))})
+    own_judge = trained.model_copy(update={"id": "own", "model_file": Path("own.npz")})
+    assert embedded_targets([local, other_gguf, models["reference/mixed"]], [trained]) == ["local"]
+    assert embedded_targets([local], [own_judge]) == []
+    assert embedded_targets([local], [models["reference/judge"]]) == []
+    found = {"judged_turns": 4, "unsure_turns": 1, "rate": 0.25, "thresholds": {"dcs": 0.65},
+             "below_threshold": {"dcs": 1}, "embedded_targets": ["local"]}  # fmt: skip
+    assert "; on the embedded SmolLM2-135M (local) its scores are right far less often" in doubt_line(found)

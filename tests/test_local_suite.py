@@ -181,6 +181,11 @@ def test_full_12_turn_scenario_against_the_local_model_with_the_default_trained_
     assert [p.name for p in run_dir.glob("llama-server-*.log")] == ["llama-server-local.log"]
     # The reports say it too, not only the terminal.
     assert "judge calibrated:" in (run_dir / "summary.md").read_text()
+    # And that on this target, the embedded model, the judge's doubt count understates its doubt.
+    caveat = "on the embedded SmolLM2-135M (local) its scores are right far less often than their probabilities say"
+    assert json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))["judge_doubt"]["embedded_targets"] == ["local"]
+    assert any(caveat in line for line in result.outlines)
+    assert caveat in (run_dir / "summary.md").read_text()
 
     (case_path,) = (run_dir / "cases").glob("*.json")
     case = json.loads(case_path.read_text(encoding="utf-8"))

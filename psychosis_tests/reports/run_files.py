@@ -30,7 +30,7 @@ from psychosis_tests.inputs.scenarios import Scenario
 from psychosis_tests.inputs.shards import selection_hash
 from psychosis_tests.inputs.usage import ROLES, total
 from psychosis_tests.reports.escalation import escalation_summary
-from psychosis_tests.reports.judge_doubt import doubt_summary
+from psychosis_tests.reports.judge_doubt import doubt_summary, embedded_targets
 from psychosis_tests.reports.tables import markdown_summary
 from psychosis_tests.reports.usage import usage_rows
 
@@ -202,7 +202,7 @@ def write_run_results(bench: BenchmarkRun, *, extra_metadata: dict | None = None
     }
     if escalation is not None:  # a cascade judged the run
         summary["escalation"] = escalation
-    doubt = doubt_summary(r.outcome for r in records)
+    doubt = doubt_summary((r.outcome for r in records), embedded_targets(bench.plan.targets, bench.plan.panel.judges))
     if doubt is not None:  # the trained judge judged turns alone
         summary["judge_doubt"] = doubt
     _write_json(run_dir / "summary.json", summary)
