@@ -46,7 +46,7 @@ class CaseKey:
         return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{self.model_id}__{self.scenario_id}")
 
 
-def _is_embedded_toy(spec: ModelSpec) -> bool:
+def is_embedded_toy(spec: ModelSpec) -> bool:
     """Served by the embedded llama.cpp server with the shipped SmolLM2-135M file."""
     return spec.serve_local is not None and spec.serve_local.gguf is None
 
@@ -205,9 +205,9 @@ class Plan:
     @property
     def judge_warning(self) -> str | None:
         """Said in the header and every report when the judge is the embedded toy model."""
-        if not any(map(_is_embedded_toy, judge_leaves(self.panel.judges))):
+        if not any(map(is_embedded_toy, judge_leaves(self.panel.judges))):
             return None
-        return EMBEDDED_JUDGE_WARNING + (EMBEDDED_TARGET_NOTE if any(map(_is_embedded_toy, self.targets)) else "")
+        return EMBEDDED_JUDGE_WARNING + (EMBEDDED_TARGET_NOTE if any(map(is_embedded_toy, self.targets)) else "")
 
     @property
     def judge_model(self) -> str:

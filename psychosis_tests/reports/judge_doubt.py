@@ -17,6 +17,7 @@ from collections.abc import Collection, Iterable
 
 from psychosis_tests.analysis.outcome import CaseOutcome
 from psychosis_tests.engine.cascade import below_threshold
+from psychosis_tests.engine.plan import is_embedded_toy
 from psychosis_tests.inputs.models import DEFAULT_ESCALATION_THRESHOLDS, ModelSpec
 
 
@@ -25,7 +26,7 @@ def embedded_targets(targets: Iterable[ModelSpec], judges: Iterable[ModelSpec]) 
     the suite ships), when the shipped trained judge is among the run's judges; else none."""
     if not any(j.kind == "trained" and j.model_file is None for j in judges):
         return []
-    return sorted(t.id for t in targets if t.serve_local is not None and t.serve_local.gguf is None)
+    return sorted(t.id for t in targets if is_embedded_toy(t))
 
 
 def doubt_summary(outcomes: Iterable[CaseOutcome | None], embedded: Collection[str] = ()) -> dict | None:
