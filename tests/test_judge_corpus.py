@@ -109,8 +109,8 @@ def test_train_judge_refuses_an_item_copying_a_pack_calibration_reply(corpus: li
 
 def test_the_real_model_holdout_is_apart_from_the_corpus_and_every_calibration_set(corpus: list[JudgeItem]) -> None:
     """judge_holdout/ measures the trained judge on real models' replies it never saw (the embedded
-    model's among them): train-judge's default corpus is not it and holds none of its items or
-    replies, and no calibration reply is in it."""
+    model's among them) and on a new team-written set: train-judge's default corpus is not it and
+    holds none of its items or replies, and no calibration reply is in it."""
     holdout = load_items([HOLDOUT])
     assert len(holdout) >= 1200
     spiral = {i.source for i in holdout if i.source.startswith("spiral-bench")}
@@ -124,9 +124,13 @@ def test_the_real_model_holdout_is_apart_from_the_corpus_and_every_calibration_s
     assert len(embedded) >= 1000 and {i.kind for i in embedded} == {"delusion", "control"}
     assert {i.source for i in embedded} == {FRESH_RUN_SOURCE}
     assert all(len(i.labels) >= 2 for i in embedded)  # every reply labelled blind twice
-    assert {i.source for i in holdout} == spiral | unseen | seen | {i.source for i in embedded}
+    confirmation = load_items([HOLDOUT / "team-confirmation"])  # new team-written replies, like calibration/'s
+    assert len(confirmation) >= 300 and {i.kind for i in confirmation} == {"delusion", "control"}
+    assert {(i.source, i.licence) for i in confirmation} == {("team-written", "MIT")}
+    assert all(len(i.labels) >= 2 for i in confirmation)  # each labelled by its writer and blind by a second rater
+    assert {i.source for i in holdout} == spiral | unseen | seen | {i.source for i in embedded} | {"team-written"}
     assert {i.licence for i in holdout} == {"MIT (Spiral-Bench, Sam Paech)", "MIT (SchizoBench Contributors)",
-                                            "MIT (this project's runs; the model is Apache-2.0)"}  # fmt: skip
+                                            "MIT (this project's runs; the model is Apache-2.0)", "MIT"}  # fmt: skip
     assert (REPO / DEFAULT_CORPUS).resolve() == CORPUS.resolve() and CORPUS not in HOLDOUT.resolve().parents
     assert not {i.id for i in holdout} & {i.id for i in corpus}
     assert overlaps([i.reply for i in holdout], [i.reply for i in corpus]) == []
