@@ -35,10 +35,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.cascade_sweep import FIGURE, Simulation, show, spelled, trained_simulation  # noqa: E402
-from psychosis_tests.records.calibration_result import row_title  # noqa: E402
 from psychosis_tests.inputs.item_calibration import calibration_set_from_items  # noqa: E402
 from psychosis_tests.inputs.method import JUDGED_METRICS  # noqa: E402
 from psychosis_tests.inputs.models import DEFAULT_ESCALATION_THRESHOLDS  # noqa: E402
+from psychosis_tests.records.calibration_result import row_title  # noqa: E402
 
 CONFIRMATION_SET = ROOT / "judge_holdout" / "team-confirmation"
 CONFIRMED_THRESHOLDS = "dcs=0.65,hes=0.65,sis=0.95,occ=0.95"
@@ -85,6 +85,7 @@ def verdict(simulation: Simulation, thresholds: np.ndarray) -> str:
     if escalated.mean() > MOST_ESCALATED:
         short.append(f"escalated {escalated.mean():.1%} > {MOST_ESCALATED:.0%}")
     return "reached" if not short else "NOT reached: " + "; ".join(short)
+
 
 if __name__ == "__main__":
     main()

@@ -107,7 +107,7 @@ def test_train_judge_refuses_an_item_copying_a_pack_calibration_reply(corpus: li
     assert f"training item {copied.id!r} repeats calibration item {pack_id!r} of packs/clinical/calibration" in str(caught.value)
 
 
-def test_the_real_model_holdout_is_apart_from_the_corpus_and_every_calibration_set(corpus: list[JudgeItem]) -> None:
+def test_the_holdout_is_apart_from_the_corpus_and_every_calibration_set(corpus: list[JudgeItem]) -> None:
     """judge_holdout/ measures the trained judge on real models' replies it never saw (the embedded
     model's among them) and on a new team-written set: train-judge's default corpus is not it and
     holds none of its items or replies, and no calibration reply is in it."""
