@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from psychosis_tests import __main__ as cli
 from psychosis_tests.analysis.outcome import evaluate_case
 from psychosis_tests.engine.case_escalation import NOT_DECISIVE, applies, decisive
 from psychosis_tests.engine.conversation import Transcript, Turn
@@ -128,6 +129,11 @@ def test_with_repeats_the_phase_pools_the_conversations(tmp_path: Path) -> None:
 
 def test_the_case_by_case_choice_is_off_where_its_reasoning_does_not_hold(tmp_path: Path) -> None:
     assert applies(_plan(tmp_path))
+    earlier = tmp_path / "earlier" / "results.json"
+    earlier.parent.mkdir()
+    earlier.write_text(json.dumps({"format": "psychosis-bench-results/1", "run": {"run_id": "r", "judge": "trained>reference/judge",
+                                   "scenario_set_hash": "x"}, "cases": []}), encoding="utf-8")  # fmt: skip
+    assert applies(_plan(tmp_path, baseline=str(earlier), force_baseline=True))  # a baseline changes no escalation
     trajectory = tmp_path / "thresholds.yaml"
     text = (REPO / "thresholds.yaml").read_text(encoding="utf-8")
     trajectory.write_text(text + "\ntrajectory: {earliest_validation_turn: 6}\n", encoding="utf-8")
@@ -212,3 +218,33 @@ def test_estimate_plans_a_cascade_from_the_rate_its_last_run_measured(
     assert after.escalation(after.panel.judges[0]) == (measured, f"measured by run {run_dir.name}")
     other = Plan.load(resolve((values | {"escalate_threshold": "0.8"}).get, {}, REPO))  # another cascade
     assert other.escalation(other.panel.judges[0])[1].startswith("no measured rate")
+
+
+def test_a_baseline_changes_no_escalation_and_an_identical_run_shows_no_regression(
+    benchmark_runner: BenchmarkRunner, loopback: ReferenceServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The regression check compares verdicts chosen by one rule on both sides; a cascade with other
+    thresholds scores the same replies differently and is refused as a baseline, unless forced."""
+    models = benchmark_runner.write_models_file([{"id": "expensive", "model": "judge", "base_url": loopback.url}])
+    args = (f"--models-file={models}", "--model=reference/mixed", "--judge=trained", "--escalate-to=expensive",
+            "--escalate-threshold=0.9", "-k", "conduit and not control")  # fmt: skip
+    _, first = benchmark_runner.run_creating_one_folder(*args)
+    _, second = benchmark_runner.run_creating_one_folder(*args, f"--baseline={first}")
+    assert _verdicts(second) == _verdicts(first)
+    assert any(v.get("kept") for v in _verdicts(first)) and any(v.get("escalated") for v in _verdicts(first))
+    cases = {c["scenario"]: c for c in json.loads((second / "results.json").read_text(encoding="utf-8"))["cases"]}
+    earlier = {c["scenario"]: c for c in json.loads((first / "results.json").read_text(encoding="utf-8"))["cases"]}
+    assert len(cases) == 2 and all(c["comparisons"] and not c["regressions"] and not c["improvements"] for c in cases.values())
+    assert {k: c["outcome"] for k, c in cases.items()} == {k: c["outcome"] for k, c in earlier.items()}
+    assert cli.main(["compare", str(first), str(second)]) == 0
+    assert "0 regression(s)" in capsys.readouterr().out
+
+    other = (*args[:4], "--escalate-threshold=0.95", *args[5:])
+    refused, folder = benchmark_runner.run_adding_folder(*other, f"--baseline={first}")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR and folder is None
+    refused.stderr.fnmatch_lines(["*judge 'trained>expensive' with other settings: cascade thresholds dcs 0.9 to 0.95, hes 0.9 to 0.95*--force-baseline*"])
+    _, third = benchmark_runner.run_creating_one_folder(*other)
+    assert cli.main(["compare", str(first), str(third)]) == 2
+    assert "cascade thresholds dcs 0.9 to 0.95" in capsys.readouterr().err
+    assert cli.main(["compare", str(first), str(third), "--force"]) in (0, 1)
+    assert "compared although not comparable: judge 'trained&gt;expensive' with other settings" in capsys.readouterr().out  # markdown

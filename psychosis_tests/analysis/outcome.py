@@ -57,6 +57,12 @@ class CaseOutcome(BaseModel):
             return self.failure_message()
         return None
 
+    def breaks_limits(self) -> bool:
+        """Whether the case breaks its thresholds (the gate without the regression check): what a
+        cascade chooses its escalations by, so that a --baseline changes none of them
+        (`engine.case_escalation`)."""
+        return bool(self.breaches or self.trajectory_breaches)
+
     def failure_message(self) -> str:
         """One line per breach and per regression, then the worst reply of the worst breached phase."""
         lines: list[str] = []

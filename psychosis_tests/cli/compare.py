@@ -90,6 +90,7 @@ def compare(args: argparse.Namespace) -> int:
         force=args.force,
         force_hint="--force",
         pack_hashes=current.run.packs,
+        judge_fingerprint=current.run.judge_fingerprint,
     )
     tolerance, source = _tolerance(args)
     result = compare_runs(baseline, current, tolerance, mismatches=mismatches)

@@ -14,9 +14,15 @@ asked what it would say:
 The gate breaks a case when any phase metric breaks its limit, each phase metric's mean moves
 one way with each of its scores, and phase metrics do not share scores: so this finds exactly
 the turns whose scores can still decide the case. That reasoning holds for `gate: mean` and
-phase limits only, so with a --baseline, trajectory limits or `gate: bound` over repeats the
-cascade escalates every doubtful turn as it comes (`applies` is false). A doubtful turn that is
-not escalated keeps its first judge's verdict and says why in `Verdict.kept`.
+phase limits only, so with trajectory limits or `gate: bound` over repeats the cascade escalates
+every doubtful turn as it comes (`applies` is false). A doubtful turn that is not escalated keeps
+its first judge's verdict and says why in `Verdict.kept`.
+
+A --baseline does not change which turns are escalated. The baseline run chose its escalations by
+its gate alone, so a run that also escalated for the regression check would score the same
+replies by another rule than its baseline did and find regressions in identical replies. The
+regression check therefore compares cascade verdicts chosen alike on both sides, kept doubtful
+ones included (docs/judge-validity.md, "Judge cascades").
 """
 
 from __future__ import annotations
@@ -39,7 +45,8 @@ if TYPE_CHECKING:
     from psychosis_tests.engine.providers import Provider
 
 Passes = Callable[[list[Transcript]], bool]
-"""The case's gate: whether the case passes when its conversations have these verdicts."""
+"""The case's gate without the regression check: whether the case keeps its thresholds when its
+conversations have these verdicts."""
 
 NOT_DECISIVE = "not escalated: no level these scores could take changes the case's pass or fail"
 
@@ -59,11 +66,7 @@ def applies(plan: Plan) -> bool:
     """Whether the gate's reasoning of this module holds for the run (see the module docstring)."""
     thresholds = plan.thresholds
     bound = thresholds.gate == "bound" or any(p.gate == "bound" for p in thresholds.packs.values())
-    return (
-        plan.baseline is None
-        and thresholds.trajectory == TrajectoryLimits()
-        and not (bound and plan.settings.repeats > 1)
-    )
+    return thresholds.trajectory == TrajectoryLimits() and not (bound and plan.settings.repeats > 1)
 
 
 def decisive(transcripts: list[Transcript], free: Free, kind: str, passes: Passes) -> set[tuple[int, int]]:

@@ -121,6 +121,7 @@ class Plan:
                 force=self.settings.force_baseline,
                 user_side=(self.settings.user_model, self.settings.user_mode, self.settings.turns),
                 pack_hashes=pack_hashes(self.scenarios.values()),
+                judge_fingerprint=self.judge_fingerprint(),
             )
         )
 

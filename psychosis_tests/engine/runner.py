@@ -321,7 +321,7 @@ class Runner:
             if self._cascade is not None:
                 await settle(
                     self._cascade, self.provider, scenario, transcripts,
-                    lambda judged: self._evaluate(plan, key, judged, 0.0).gate_failure() is None, priority=priority,
+                    lambda judged: not self._evaluate(plan, key, judged, 0.0).breaks_limits(), priority=priority,
                 )  # fmt: skip
         finally:
             for sample in samples:

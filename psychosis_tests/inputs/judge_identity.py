@@ -111,6 +111,45 @@ def judge_fingerprint(judges: Sequence[ModelSpec]) -> JudgeFingerprint:
     return JudgeFingerprint(judges=identities, hash=hashlib.sha256(encoded.encode()).hexdigest()[:16])
 
 
+def fingerprint_differences(old: JudgeFingerprint, new: JudgeFingerprint) -> list[str]:
+    """What differs between two judgings, in words a user can act on (e.g. "cascade thresholds
+    dcs 0.65 to 0.95"); empty when the hashes are equal."""
+    if old.hash == new.hash:
+        return []
+    if [j.id for j in old.judges] != [j.id for j in new.judges]:
+        return [f"judges {'+'.join(j.id for j in old.judges)} to {'+'.join(j.id for j in new.judges)}"]
+    found: list[str] = []
+    for before, after in zip(old.judges, new.judges, strict=True):
+        found += _identity_differences(before, after, "" if len(old.judges) == 1 else f"{after.id}: ")
+    return found or ["fingerprint hash only (recorded by another version of the suite)"]
+
+
+def _identity_differences(old: JudgeIdentity, new: JudgeIdentity, prefix: str) -> list[str]:
+    found = []
+    for field in ("model", "base_url", "params", "structured_output", "judge_context_messages", "judge_mode",
+                  "verdict_attempts", "rubric_hash", "model_file_sha256"):  # fmt: skip
+        if getattr(old, field) != getattr(new, field):
+            found.append(f"{prefix}{field.replace('_', ' ')} {_short(getattr(old, field))} to {_short(getattr(new, field))}")
+    if (old.cascade is None) != (new.cascade is None):
+        found.append(f"{prefix}cascade {'none' if old.cascade is None else 'one'} to {'none' if new.cascade is None else 'one'}")
+    elif old.cascade is not None and new.cascade is not None:
+        changed = [m for m in sorted(set(old.cascade.thresholds) | set(new.cascade.thresholds))
+                   if old.cascade.thresholds.get(m) != new.cascade.thresholds.get(m)]  # fmt: skip
+        if changed:
+            found.append(f"{prefix}cascade thresholds " + ", ".join(
+                f"{m} {old.cascade.thresholds.get(m)} to {new.cascade.thresholds.get(m)}" for m in changed))
+        found += _identity_differences(old.cascade.first, new.cascade.first, f"{prefix}first judge {new.cascade.first.id}: ")
+        for before, after in zip(old.cascade.escalate_to, new.cascade.escalate_to, strict=False):
+            found += _identity_differences(before, after, f"{prefix}escalation judge {after.id}: ")
+    return found
+
+
+def _short(value: object) -> str:
+    """A field's value in a message: hashes cut to 12 characters."""
+    text = str(value)
+    return text[:12] if len(text) == 64 and all(c in "0123456789abcdef" for c in text) else text
+
+
 def _encoded(identity: JudgeIdentity) -> dict:
     data = identity.model_dump(mode="json", exclude={k for k in ("model_file_sha256", "cascade") if getattr(identity, k) is None})
     if identity.cascade is not None:

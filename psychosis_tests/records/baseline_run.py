@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from psychosis_tests.common.errors import BaselineError
+from psychosis_tests.inputs.judge_identity import JudgeFingerprint, fingerprint_differences
 from psychosis_tests.records.results_file import ResultCase, ResultsFile, load_results, results_path
 
 
@@ -51,8 +52,13 @@ def check_compatible(
     force_hint: str = "--force-baseline",
     user_side: tuple[str | None, str, int | None] | None = None,
     pack_hashes: dict[str, str] | None = None,
+    judge_fingerprint: JudgeFingerprint | None = None,
 ) -> list[str]:
     """Refuse a baseline recorded with another scenario set or judge, unless forced.
+
+    The judge must match by id and model and, when both runs recorded one, by fingerprint: the same
+    id with other settings (a cascade's thresholds, a retrained model file, other parameters)
+    scores the same replies differently, as `merge` also refuses.
 
     Returns the mismatches (empty when compatible) so a forced comparison can show them;
     raises BaselineError naming both values of each mismatch otherwise.
@@ -69,6 +75,13 @@ def check_compatible(
             f"judge {run.judge!r} (model {run.judge_model or '?'!r}) in the baseline, {judge!r} (model "
             f"{judge_model!r}) now (another judge scores the same replies differently)"
         )
+    elif run.judge_fingerprint is not None and judge_fingerprint is not None:
+        changed = fingerprint_differences(run.judge_fingerprint, judge_fingerprint)
+        if changed:
+            mismatches.append(
+                f"judge {judge!r} with other settings: {'; '.join(changed)} (fingerprint {run.judge_fingerprint.hash} "
+                f"in the baseline, {judge_fingerprint.hash} now; the same replies are scored differently)"
+            )
     for pack, current in sorted((pack_hashes or {}).items()):
         recorded_pack = run.packs.get(pack)
         if recorded_pack is not None and recorded_pack != current:
