@@ -406,3 +406,29 @@ def test_calibrate_takes_the_set_and_the_judge_repeats_from_the_environment(tmp_
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"from {fixture_set}; repeats 2; " in done.stdout
     assert _result(tmp_path)["items"] == ITEMS
+
+
+def test_calibration_md_puts_ids_in_code_spans_as_they_are_and_inert() -> None:
+    # A code span shows its text as it is: `trained>reference/judge`, not `trained&gt;reference/judge`;
+    # a backtick in an id must not close the span and let `<script>` out as HTML.
+    from psychosis_tests.inputs.judge_identity import judge_fingerprint
+    from psychosis_tests.inputs.models import builtin_models
+    from psychosis_tests.records.calibration_result import CalibrationResult
+    from psychosis_tests.reports.calibration import markdown_lines
+
+    hostile = "x`<script>alert(1)</script>"
+    result = CalibrationResult.model_validate({
+        "run_id": "r-calibration", "finished_at": "2026-11-29T00:00:00+00:00", "calibration_path": "my set/a&b",
+        "items": 1, "judged_items": 1, "judge": "trained>reference/judge", "passed": True,
+        "fingerprint": judge_fingerprint([builtin_models()["reference/judge"]]).model_dump(mode="json"),
+        "metrics": [{"metric": "dcs", "n": 1, "kappa": 1.0, "weighting": "quadratic", "exact_agreement": 1.0}],
+        "judge_failures": {hostile: 1},
+        "worst": [{"item_id": hostile, "scenario": "s", "turn": 4, "distance": 1, "gold": {"dcs": 0},
+                   "judged": {"dcs": 1}, "rationale": "r", "reason": "g", "reply": "y"}],
+    })  # fmt: skip
+    lines = markdown_lines(result)
+    assert lines[2].startswith("Judge `trained>reference/judge` (fingerprint `")
+    assert "calibration set `my set/a&b`: 1 of 1 items judged" in lines[2]
+    assert "- `x'<script>alert(1)</script>`: 1 item(s)" in lines
+    assert "- `x'<script>alert(1)</script>` (turn 4): gold DCS 0; judge DCS 1" in lines
+    assert "&gt;" not in "\n".join(lines) and "&amp;" not in "\n".join(lines)

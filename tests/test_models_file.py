@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from psychosis_tests.common.errors import ModelsFileError
+from psychosis_tests.common.errors import ConfigError, ModelsFileError
 from psychosis_tests.inputs.models import (
     LOCAL_ID,
     REFERENCE_FAULT_MODELS,
@@ -16,8 +16,10 @@ from psychosis_tests.inputs.models import (
     REFERENCE_MODELS,
     REFERENCE_PREFIX,
     builtin_models,
+    load_models_file,
     select,
 )
+from psychosis_tests.inputs.settings import resolve, select_judges
 
 MODELS_YAML = Path(__file__).resolve().parents[1] / "models.yaml"
 
@@ -62,3 +64,45 @@ def test_an_id_far_from_every_known_one_gets_no_guess() -> None:
     with pytest.raises(ModelsFileError, match=r"unknown model id 'gpt-4o'; known ids: local, ") as caught:
         select(builtin_models(), ["gpt-4o"], models_file=MODELS_YAML)
     assert "did you mean" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("cli", "environ", "where", "first"),
+    [
+        ({"escalate_to": ["reference/judge"]}, {}, "--escalate-to",
+         "'reference/judge' (kind reference, the default --judge for reference targets)"),
+        ({}, {"PSYCHOSIS_ESCALATE_TO": "reference/judge"}, "PSYCHOSIS_ESCALATE_TO",
+         "'reference/judge' (kind reference, the default --judge for reference targets)"),
+        ({"judge": ["reference/judge-strict"], "escalate_to": ["reference/judge"]}, {}, "--escalate-to",
+         "'reference/judge-strict' (kind reference, from --judge)"),
+    ],
+)  # fmt: skip
+def test_a_spelled_cascade_whose_first_judge_gives_no_probabilities_is_a_usage_error(
+    tmp_path: Path, cli: dict, environ: dict, where: str, first: str
+) -> None:
+    # Not the models file's `first:` field: the user never wrote one.
+    settings = resolve({"model": ["reference/noisy"], **cli}.get, environ, tmp_path)
+    with pytest.raises(ConfigError) as caught:
+        select_judges(load_models_file(settings.models_file, required=False), settings)
+    assert not isinstance(caught.value, ModelsFileError)
+    assert str(caught.value) == (
+        f"{where}: makes a cascade whose first judge is the --judge, and {first} gives no probabilities; "
+        "pass --judge trained (only kind: trained judges give probabilities)"
+    )
+
+
+def test_a_models_file_cascade_whose_first_judge_gives_no_probabilities_names_the_entry(tmp_path: Path) -> None:
+    path = tmp_path / "models.yaml"
+    path.write_text("models:\n  - {id: c, kind: cascade, first: reference/judge, escalate_to: reference/judge}\n")
+    with pytest.raises(ModelsFileError) as caught:
+        load_models_file(path, required=True)
+    assert str(caught.value) == (
+        f"{path}: first: cascade 'c': its first judge 'reference/judge' is kind reference; "
+        "it must give a probability per score (kind trained)"
+    )
+
+
+def test_a_cascade_of_two_first_judges_names_where_the_escalation_was_given(tmp_path: Path) -> None:
+    environ = {"PSYCHOSIS_ESCALATE_TO": "reference/judge"}
+    with pytest.raises(ConfigError, match=r"^PSYCHOSIS_ESCALATE_TO: makes a cascade of one first judge, got 2 judges"):
+        resolve({"model": ["reference/noisy"], "judge": ["trained", "reference/judge"]}.get, environ, tmp_path)

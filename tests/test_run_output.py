@@ -125,3 +125,16 @@ def test_the_offline_run_says_its_target_is_the_toy_model_too(tmp_path: Path) ->
     assert "the target is that same 135M model" in plan.judge_warning and "expected result" in plan.judge_warning
     other = Plan(settings, [registry["reference/guardian"]], JudgePanel((registry["local"],)), {}, None)  # type: ignore[arg-type]
     assert "NOT a basis" in other.judge_warning and "target" not in other.judge_warning
+
+
+def test_the_header_names_the_cascade_that_scores_as_the_run_files_do(benchmark_runner: BenchmarkRunner) -> None:
+    cascade = ["--model", "reference/guardian", "--judge", "trained", "--escalate-to", "reference/judge", "-k", "conduit-explicit"]
+    estimate = benchmark_runner.run(*cascade, "--estimate")
+    assert estimate.ret == 0, estimate.outlines + estimate.errlines
+    estimate.stdout.fnmatch_lines(["psychosis-bench *: targets reference/guardian; judge trained>reference/judge; repeats 1;*"])
+    result = benchmark_runner.run(*cascade)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["psychosis-bench *: targets reference/guardian; judge trained>reference/judge; repeats 1;*"])
+    run_dir = benchmark_runner.only_run_dir()
+    assert json.loads((run_dir / "results.json").read_text(encoding="utf-8"))["run"]["judge"] == "trained>reference/judge"
+    assert "Judge `trained>reference/judge`" in (run_dir / "summary.md").read_text(encoding="utf-8")

@@ -151,6 +151,10 @@ class RunSettings(BaseModel):
     way are expected to cost is below this (engine.budget)."""
     escalate_to: list[str] = Field(default_factory=list)
     """--escalate-to ID: the judge becomes a cascade of it (first) and these (a panel if several)."""
+    escalate_to_source: str = "--escalate-to"
+    """Where escalate_to was given (`--escalate-to`, `PSYCHOSIS_ESCALATE_TO`, an ini key), for error messages."""
+    judge_source: str | None = "--judge"
+    """Where the judges were given (`--judge`, `PSYCHOSIS_JUDGE`, an ini key); None: the targets' default judge."""
     escalate_thresholds: dict[str, float] = Field(default_factory=dict)
     """--escalate-threshold: the cascade's thresholds per metric (unset ones take the defaults)."""
 
@@ -271,7 +275,8 @@ def resolve(
         return list(dict.fromkeys(t.strip() for t in items if t.strip()))
 
     targets = ids(pick("model")) or [LOCAL_ID]
-    judges = ids(pick("judge")) or [j for j in [_default_judge(targets)] if j]
+    given_judge = pick("judge")
+    judges = ids(given_judge) or [j for j in [_default_judge(targets)] if j]
     models_file = path("models_file", project / "models.yaml")
     if not judges:
         # A misspelt target (reference/guardain) leaves no judge to choose: its id is the problem.
@@ -304,14 +309,15 @@ def resolve(
     if user_mode == "adaptive" and not user_model:
         raise ConfigError("--user-mode adaptive needs --user-model ID (the model that plays the user)", field="--user-mode")
     turns = int(number("turns", int, 0, 4, MAX_TURNS)) or None
-    escalate_to = ids(pick("escalate_to"))
+    given_escalate_to = pick("escalate_to")
+    escalate_to = ids(given_escalate_to)
     given_thresholds = pick("escalate_threshold")
     escalate_thresholds = _thresholds(given_thresholds)
     if given_thresholds is not None and not escalate_to:
         raise ConfigError("sets a cascade's thresholds: give --escalate-to ID too", field=given_thresholds.source)
     if escalate_to and len(judges) != 1:
         raise ConfigError(f"makes a cascade of one first judge, got {len(judges)} judges ({'+'.join(judges)}); give "
-                          "one --judge (the escalation may be a panel: repeat --escalate-to)", field="--escalate-to")  # fmt: skip
+                          "one --judge (the escalation may be a panel: repeat --escalate-to)", field=given_escalate_to.source)  # fmt: skip
     given_packs = pick("pack")
     names = dict.fromkeys(n.strip() for item in ids(given_packs) for n in item.split(",") if n.strip())  # --pack a,b
     packs = {name: pack_folder(project, name, source=given_packs.source) for name in names}  # type: ignore[union-attr]
@@ -341,6 +347,8 @@ def resolve(
         shard=ShardSpec.parse(str(shard)) if not _empty(shard) else None,
         max_cost=max_cost,
         escalate_to=escalate_to,
+        escalate_to_source=given_escalate_to.source if given_escalate_to else "--escalate-to",
+        judge_source=given_judge.source if given_judge else None,
         escalate_thresholds=escalate_thresholds,
     )
 
@@ -368,9 +376,16 @@ def _thresholds(given: Given | None) -> dict[str, float]:
 
 def select_judges(registry: dict[str, ModelSpec], settings: RunSettings) -> list[ModelSpec]:
     """The run's judges: --judge's (a panel when several), or with --escalate-to one cascade whose
-    first judge is the --judge."""
+    first judge is the --judge (which must give probabilities: kind trained)."""
     judges = select(registry, settings.judges, models_file=settings.models_file)
     if not settings.escalate_to:
         return judges
+    first = judges[0]
+    if first.kind != "trained":
+        given = (f"from {settings.judge_source}" if settings.judge_source
+                 else f"the default --judge for {'reference' if first.id == REFERENCE_JUDGE else 'these'} targets")
+        raise ConfigError(f"makes a cascade whose first judge is the --judge, and {first.id!r} (kind {first.kind}, {given}) "
+                          "gives no probabilities; pass --judge trained (only kind: trained judges give probabilities)",
+                          field=settings.escalate_to_source)  # fmt: skip
     return [spelled_cascade(judges[0].id, settings.escalate_to, settings.escalate_thresholds, registry,
                             models_file=settings.models_file)]  # fmt: skip

@@ -7,7 +7,8 @@
 Rows are per metric and kind of scenario: DCS, HES and SIS on the delusion items, SIS (controls)
 and OCC on the control items. After a FAIL, both the terminal output and calibration.md end with
 what to do next (`next_steps`). Judge rationales, replies and error messages are untrusted text:
-markdown_text makes them inert.
+markdown_text makes them inert; ids and paths sit in code spans (`_code`), where markdown shows text
+as it is.
 """
 
 from __future__ import annotations
@@ -147,6 +148,13 @@ def _rater_rows(title: str, rows: Sequence[RaterAgreement], what: str) -> list[s
     return lines
 
 
+def _code(text: str) -> str:
+    """An id or a path as a markdown code span, on one line: a code span shows its text as it is
+    (no HTML, no entity), so it is not escaped, and a backtick in it becomes ' (as in the compare
+    report) so it cannot close the span."""
+    return "`" + " ".join(text.split()).replace("`", "'") + "`"
+
+
 def _per_rater_rows(result: CalibrationResult) -> list[str]:
     if not result.per_rater:
         return []
@@ -164,7 +172,7 @@ def _worst_lines(title: str, worst: Sequence[Disagreement]) -> list[str]:
         gold = ", ".join(f"{m.upper()} {v}" for m, v in d.gold.items())
         judged = ", ".join(f"{m.upper()} {v}" for m, v in d.judged.items())
         lines += [
-            f"- `{d.item_id}` (turn {d.turn}): gold {gold}; judge {judged}",
+            f"- {_code(d.item_id)} (turn {d.turn}): gold {gold}; judge {judged}",
             f"  - reply: {markdown_text(d.reply[:300])}",
             f"  - gold reason: {markdown_text(d.reason)}",
             f"  - judge rationale: {markdown_text(d.rationale[:400])}",
@@ -177,9 +185,9 @@ def markdown_lines(result: CalibrationResult) -> list[str]:
     lines = [
         f"## Judge calibration {result.run_id}: {'passed' if result.passed else 'FAILED'}",
         "",
-        f"Judge `{markdown_text(result.judge)}` (fingerprint `{result.fingerprint.hash}`, mode "
+        f"Judge {_code(result.judge)} (fingerprint `{result.fingerprint.hash}`, mode "
         f"{', '.join(sorted({j.judge_mode for j in result.fingerprint.judges}))}); calibration set "
-        f"`{markdown_text(result.calibration_path)}`: {result.judged_items} of {result.items} items judged "
+        f"{_code(result.calibration_path)}: {result.judged_items} of {result.items} items judged "
         f"({result.control_items} on control scenarios); repeats {result.repeats}.",
         "",
         "Cohen's kappa is quadratic-weighted for DCS and HES and unweighted for SIS and OCC; the interval is a 95% "
@@ -215,7 +223,7 @@ def markdown_lines(result: CalibrationResult) -> list[str]:
                   for r in result.reliability]
     if result.judge_failures:
         lines += ["", "Panel judges that failed on some items (the panel scored those items without them):", ""]
-        lines += [f"- `{markdown_text(j)}`: {n} item(s)" for j, n in result.judge_failures.items()]
+        lines += [f"- {_code(j)}: {n} item(s)" for j, n in result.judge_failures.items()]
     lines += ["", "### Confusion matrices (rows: gold, columns: judge)", ""]
     for row in rows:
         lines += [f"{row.title}:", "", "| gold \\ judge | " + " | ".join(map(str, row.levels)) + " |",

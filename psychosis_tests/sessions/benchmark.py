@@ -219,7 +219,7 @@ class BenchmarkSession:
     def header_lines(self) -> list[str]:
         s = self.plan.settings
         lines = [
-            f"psychosis-bench {__version__}: targets {', '.join(s.targets)}; judge {s.judge}; "
+            f"psychosis-bench {__version__}: targets {', '.join(s.targets)}; judge {self.plan.panel.id}; "
             f"repeats {s.repeats}; cache {s.cache_mode} ({s.cache_path})",
             f"scenarios {s.scenarios} ({sum(1 for sc in self.plan.scenarios.values() if sc.pack is None)})"
             + "".join(f", pack {name} {folder} ({sum(1 for sc in self.plan.scenarios.values() if sc.pack == name)})"
