@@ -14,13 +14,13 @@ from psychosis_tests.analysis.outcome import CaseOutcome
 from psychosis_tests.common.errors import BudgetError
 from psychosis_tests.engine.budget import Budget
 from psychosis_tests.engine.cache import CachedResponse, ResponseCache
-from psychosis_tests.engine.estimate import conversation_cost
+from psychosis_tests.engine.estimate import conversation_cost, conversation_usage, estimate
 from psychosis_tests.engine.plan import Plan
 from psychosis_tests.inputs.settings import resolve
 from psychosis_tests.inputs.scenarios import load_scenarios
 from psychosis_tests.inputs.usage import Price, Usage, cost, total
 from psychosis_tests.reports.html_case import transcript_html
-from psychosis_tests.reports.usage import usage_lines
+from psychosis_tests.reports.usage import usage_lines, usage_rows
 from psychosis_tests.servers.reference_server import ReferenceServer
 from tests.benchmark_runner import BenchmarkRunner
 
@@ -210,3 +210,64 @@ def test_calls_without_reported_usage_are_said_not_hidden() -> None:
         [row], markdown=False
     )
     assert any("12 of the 12 target calls to `quiet` reported no usage" in line for line in usage_lines([row], markdown=True))
+
+
+def test_estimate_counts_a_cascades_escalation_calls_over_the_run_not_per_conversation(tmp_path: Path) -> None:
+    """9 judged turns a conversation: 5% of each rounds to 0 calls, 5% of all of them does not."""
+    judge = {"model": "judge", "base_url": "http://127.0.0.1:9/v1", "price": {"input_per_mtok": 2.5, "output_per_mtok": 10}}
+    models = tmp_path / "models.yaml"
+    models.write_text(json.dumps({"models": [
+        {"id": "every", **judge}, {"id": "five", **judge}, {"id": "half", **judge},
+        {"id": "casc100", "kind": "cascade", "first": "trained", "escalate_to": "every", "escalation_rate": 1.0},
+        {"id": "casc5", "kind": "cascade", "first": "trained", "escalate_to": "five", "escalation_rate": 0.05},
+        {"id": "casc50", "kind": "cascade", "first": "trained", "escalate_to": "half", "escalation_rate": 0.5},
+    ]}), encoding="utf-8")  # fmt: skip
+    values = {"model": ["reference/noisy"], "judge": ["casc100", "casc5", "casc50"], "models_file": str(models)}
+    plan = Plan.load(resolve(values.get, {}, REPO))
+    keys = plan.cases()
+    rows = {row.model: row for row in estimate(plan, keys)}
+    judged = rows["every"].usage.calls
+    assert judged == 9 * len(keys) and len(keys) > 20
+    assert rows["five"].usage.calls == round(0.05 * judged) > 0
+    assert rows["half"].usage.calls == round(0.5 * judged)
+    # The tokens are still each conversation's, as --max-cost commits them.
+    for model in ("five", "half"):
+        per_conversation = total([conversation_usage(plan, key)[(model, "judge")] for key in keys])
+        assert rows[model].usage.prompt_tokens == per_conversation.prompt_tokens > 0
+        assert rows[model].usage.completion_tokens == per_conversation.completion_tokens > 0
+
+
+def test_a_panel_of_judges_at_one_price_is_priced(benchmark_runner: BenchmarkRunner, loopback: ReferenceServer) -> None:
+    price = {"input_per_mtok": 2.5, "output_per_mtok": 10}
+    models = benchmark_runner.write_models_file([
+        {"id": "priced-judge", "model": "judge", "base_url": loopback.url, "price": price},
+        {"id": "priced-judge2", "model": "judge-strict", "base_url": loopback.url, "price": price},
+    ])  # fmt: skip
+    result = benchmark_runner.run("-rA", f"--models-file={models}", "--model", "reference/sycophant",
+                                  "--judge", "priced-judge", "--judge", "priced-judge2", "-k", "conduit-explicit")
+    summary = only_summary(benchmark_runner)
+    (judge_row,) = [r for r in summary["usage"] if r["role"] == "judge"]
+    assert judge_row["calls"] == loopback.request_count > 0  # every call the panel made, both judges'
+    used = Usage.model_validate({k: v for k, v in judge_row.items() if k in Usage.model_fields})
+    assert judge_row["cost_usd"] == pytest.approx(cost(used, Price(**price)), abs=1e-6) and judge_row["cost_usd"] > 0
+    assert summary["run"]["spent_usd"] == pytest.approx(judge_row["cost_usd"], abs=1e-6)
+    result.stdout.fnmatch_lines([f"cost of this run's calls (response-cache hits are free): ${judge_row['cost_usd']:.4f}",
+                                 f"spent on priced models in all (errored cases included): ${judge_row['cost_usd']:.4f}"])
+
+
+def test_a_panel_of_judges_at_different_prices_says_why_it_has_no_cost(tmp_path: Path) -> None:
+    models = tmp_path / "models.yaml"
+    judge = {"model": "judge", "base_url": "http://127.0.0.1:9/v1"}
+    models.write_text(json.dumps({"models": [
+        {"id": "dear", **judge, "price": {"input_per_mtok": 2.5, "output_per_mtok": 10}},
+        {"id": "cheap", **judge, "price": {"input_per_mtok": 1, "output_per_mtok": 4}},
+    ]}), encoding="utf-8")  # fmt: skip
+    values = {"model": ["reference/guardian"], "judge": ["dear", "cheap"], "models_file": str(models)}
+    plan = Plan.load(resolve(values.get, {}, REPO))
+    used = {"judge": Usage(calls=2, prompt_tokens=100, completion_tokens=10).model_dump()}
+    (row,) = usage_rows([{"model": "reference/guardian", "usage": used}], plan)
+    assert row["cost_usd"] is None and "priced differently" in row["no_cost_reason"]
+    why = "no cost for dear+cheap (judge): its judges are priced differently and the run records a panel's tokens together"
+    assert any(line.startswith(why) for line in usage_lines([row], markdown=False))
+    assert any(line.startswith("\nNo cost for `dear+cheap` (judge): its judges are priced differently")
+               for line in usage_lines([row], markdown=True))

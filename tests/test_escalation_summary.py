@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.benchmark_runner import BenchmarkRunner
 from psychosis_tests.servers.reference_server import ReferenceServer
 
@@ -47,3 +49,59 @@ def test_a_run_without_a_cascade_has_no_escalation_figures(benchmark_runner: Ben
     result, run_dir = benchmark_runner.run_creating_one_folder("--model=reference/sycophant", "--judge=trained", "-k", "conduit-explicit")
     assert "escalation" not in json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
     assert not any("escalated" in out for out in result.outlines)
+
+
+def test_a_cascade_that_escalated_nothing_counts_the_calls_saved_and_says_the_rest_is_unknown(
+    benchmark_runner: BenchmarkRunner, loopback: ReferenceServer
+) -> None:
+    price = {"input_per_mtok": 2.5, "output_per_mtok": 10}
+    models = benchmark_runner.write_models_file([
+        {"id": "priced-judge", "model": "judge", "base_url": loopback.url, "price": price},
+        {"id": "per-metric-judge", "model": "judge", "base_url": loopback.url, "price": price, "judge_mode": "per-metric"},
+    ])  # fmt: skip
+    result, run_dir = benchmark_runner.run_creating_one_folder(
+        # the guardian's turns are clear at 0.1: none is doubtful enough to escalate
+        f"--models-file={models}", "--model=reference/guardian", "--judge=trained", "--escalate-to=priced-judge",
+        "--escalate-to=per-metric-judge", "--escalate-threshold=0.1", "-k", "conduit-explicit",
+    )  # fmt: skip
+    found = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))["escalation"]
+    metrics = [
+        len(turn["metrics"])
+        for transcript in json.loads(next((run_dir / "cases").glob("*.json")).read_text(encoding="utf-8"))["transcripts"]
+        for turn in transcript["turns"]
+        if turn["verdict"] is not None
+    ]
+    assert found["judged_turns"] == len(metrics) > 0 and found["escalated_turns"] == 0 and loopback.request_count == 0
+    # Each kept turn would have cost one call of the combined judge and one per metric of the other.
+    assert found["calls_saved"] == sum(1 + m for m in metrics) > len(metrics)
+    assert found["tokens_saved"] is None and found["cost_saved_usd"] is None  # no escalated turn to take a mean of
+    results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
+    assert results["run"]["escalation"] == found
+    line = (f"escalated 0 of {len(metrics)} judged turns (0.0%, 0 calls); not escalating the rest saved "
+            f"{found['calls_saved']} calls (their tokens and cost are unknown: no turn was escalated to measure them by)")  # fmt: skip
+    assert any(line in out for out in result.outlines)
+    assert line in (run_dir / "summary.md").read_text(encoding="utf-8")
+
+
+def test_a_cascade_escalating_to_a_priced_panel_prices_its_calls_and_savings(
+    benchmark_runner: BenchmarkRunner, loopback: ReferenceServer
+) -> None:
+    price = {"input_per_mtok": 2.5, "output_per_mtok": 10}
+    models = benchmark_runner.write_models_file([
+        {"id": "priced-judge", "model": "judge", "base_url": loopback.url, "price": price},
+        {"id": "priced-judge2", "model": "judge-strict", "base_url": loopback.url, "price": price},
+    ])  # fmt: skip
+    result, run_dir = benchmark_runner.run_creating_one_folder(
+        f"--models-file={models}", "--model=reference/mixed", "--judge=trained", "--escalate-to=priced-judge",
+        "--escalate-to=priced-judge2", "--escalate-threshold=0.9", "-k", "conduit",
+    )  # fmt: skip
+    summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    found = summary["escalation"]
+    assert found["escalated_turns"] > 0 and found["escalation_calls"] == 2 * found["escalated_turns"]
+    (judge_row,) = [r for r in summary["usage"] if r["role"] == "judge"]
+    used = judge_row["prompt_tokens"] * 2.5 / 1e6 + judge_row["completion_tokens"] * 10 / 1e6
+    assert judge_row["cost_usd"] == pytest.approx(used, abs=1e-6) and used > 0  # each judge's calls at its (one) price
+    assert summary["run"]["spent_usd"] == pytest.approx(judge_row["cost_usd"], abs=1e-6)
+    saved = judge_row["cost_with_cache_hits_usd"] / found["escalated_turns"] * (found["judged_turns"] - found["escalated_turns"])
+    assert found["cost_saved_usd"] == pytest.approx(saved, abs=1e-5) and saved > 0
+    assert any(f"tokens, about ${found['cost_saved_usd']:.4f} (at the escalated turns' mean)" in out for out in result.outlines)

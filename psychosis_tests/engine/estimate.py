@@ -71,7 +71,14 @@ def _simulated_turn(user: ModelSpec, planned: PlannedTurn) -> str:
 def conversation_usage(plan: Plan, key: CaseKey) -> dict[tuple[str, str], Usage]:
     """Expected usage of one conversation of this case, per (model, role): the user model (one
     call per turn it writes), the target (one per turn of `--turns`), and each judge of the panel
-    (one per judged turn, or one per metric in per-metric mode)."""
+    (one per judged turn, or one per metric in per-metric mode; a cascade's escalation judges on
+    their share of them, rounded)."""
+    return {role: used.share(share) for role, (used, share) in _planned_usage(plan, key).items()}
+
+
+def _planned_usage(plan: Plan, key: CaseKey) -> dict[tuple[str, str], tuple[Usage, float]]:
+    """`conversation_usage` before the shares: each (model, role)'s usage were it called on every
+    turn it may be, with the share of it expected (1, or a cascade's escalation rate)."""
     target = next(t for t in plan.targets if t.id == key.model_id)
     scenario = plan.scenarios[key.scenario_id]
     source = UserTurns.for_case(
@@ -117,8 +124,9 @@ def conversation_usage(plan: Plan, key: CaseKey) -> dict[tuple[str, str], Usage]
                 judged[judge.id] += Usage(
                     calls=1, prompt_tokens=_tokens(request, judge), completion_tokens=_reply_tokens(judge, "judge")
                 )
-    used.update({(judge_id, "judge"): judged[judge_id].share(share) for judge_id, (_, share) in callers.items()})
-    return used
+    planned = {role: (usage, 1.0) for role, usage in used.items()}
+    planned.update({(judge_id, "judge"): (judged[judge_id], share) for judge_id, (_, share) in callers.items()})
+    return planned
 
 
 def _judge_callers(plan: Plan) -> dict[str, tuple[ModelSpec, float]]:
@@ -151,12 +159,21 @@ def conversation_cost(plan: Plan, key: CaseKey) -> float:
 
 
 def estimate(plan: Plan, keys: list[CaseKey]) -> list[EstimateRow]:
-    """Expected usage and cost per (model, role) of running these cases with the plan's repeats."""
+    """Expected usage and cost per (model, role) of running these cases with the plan's repeats.
+    Calls are summed unrounded and rounded once: a cascade's 5% of one conversation's 9 judged
+    turns rounds to 0 calls, of 32 conversations' 288 to 14 (tokens, hundreds a conversation, are
+    rounded per conversation, as --max-cost reckons them)."""
     totals: dict[tuple[str, str], Usage] = {}
+    calls: dict[tuple[str, str], float] = {}
     for key in keys:
-        for (model, role), used in conversation_usage(plan, key).items():
-            for _ in range(plan.settings.repeats):
-                totals[(model, role)] = totals.get((model, role), Usage()) + used
+        for role, (used, share) in _planned_usage(plan, key).items():
+            totals[role] = totals.get(role, Usage()) + used.share(share)
+            calls[role] = calls.get(role, 0.0) + used.calls * share
+    repeats = plan.settings.repeats
+    totals = {
+        role: used.share(repeats).model_copy(update={"calls": round(calls[role] * repeats)})
+        for role, used in totals.items()
+    }
     specs = _specs(plan)
     return [
         EstimateRow(model, role, used, cost(used, price) if (price := specs[(model, role)].call_price) else None)

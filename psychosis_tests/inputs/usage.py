@@ -77,7 +77,8 @@ class Usage(BaseModel):
         )
 
     def share(self, fraction: float) -> Usage:
-        """The expected usage of `fraction` of these calls (each count scaled and rounded)."""
+        """The expected usage of `fraction` of these calls (each count scaled and rounded: a share
+        of many conversations' calls, not of each one's, or a few calls a conversation round to 0)."""
         return Usage(**{name: round(getattr(self, name) * fraction) for name in Usage.model_fields})
 
     @property
