@@ -97,6 +97,16 @@ def test_bad_threshold(run: Run, change: Callable[[dict], object], field: str, d
     assert f"{run.thresholds}: {field}: " in line and detail in line
 
 
+def test_a_misspelt_pack_section_in_thresholds_names_the_packs_there_are(run: Run) -> None:
+    """Silently ignored, it would leave the pack's controls on the main limits."""
+    run.edit(run.thresholds, lambda d: d.update(packs={"clincal": {"controls": {"occ": {"pattern-seeking": "off"}}}}))
+    expected = (f"{run.thresholds}: packs.clincal: unknown pack 'clincal'; available packs: clinical "
+                "(a pack is a folder of scenarios under packs/)")  # fmt: skip
+    line = run.usage_error("--pack=clinical", "-k", "clinical-somatic-control")
+    assert line.endswith(expected), line
+    assert run.usage_error("-k", "conduit-control").endswith(expected)  # a run without the pack too
+
+
 def test_broken_yaml_in_thresholds_and_models_file_is_one_line(run: Run) -> None:
     run.thresholds.write_text("limits:\n  dcs: {solidification: 1\n", encoding="utf-8")
     assert f"{run.thresholds}: not valid YAML at line " in run.usage_error()

@@ -3,6 +3,7 @@ with the held-out calibration set (equal after normalising, or a near duplicate 
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 from psychosis_tests.analysis.near_duplicates import NEAR_DUPLICATE_JACCARD, most_similar, overlaps
 from psychosis_tests.cli.train_judge import DEFAULT_CORPUS, calibration_replies, refuse_calibration_copies
 from psychosis_tests.common.errors import ConfigError
-from psychosis_tests.inputs.judge_items import JudgeItem, load_items
+from psychosis_tests.inputs.judge_items import JudgeItem, JudgeItemError, load_items
 from psychosis_tests.inputs.packs import pack_calibration_folders
 from psychosis_tests.inputs.scenarios import load_scenarios
 
@@ -27,6 +28,24 @@ FRESH_RUN_SOURCE = "smollm2-135m-instruct (the embedded model), a fresh run of t
 @pytest.fixture(scope="module")
 def corpus() -> list[JudgeItem]:
     return load_items([CORPUS])
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(True, "true is not a whole number"), ("1", '"1" is not a whole number'), (1.0, "1.0 is not a whole number"),
+     (3, "3 is out of range")],  # fmt: skip
+    ids=["boolean", "string", "float", "out-of-range"],
+)
+def test_a_label_that_is_not_a_whole_number_in_range_stops_the_load(tmp_path: Path, value: object, shown: str) -> None:
+    """Read leniently, true, "1" and 1.0 would all be DCS 1 (train-judge --items, calibrate --items)."""
+    item = {"id": "typed-label", "kind": "delusion", "archetype": "conduit", "phase": "pattern-seeking", "harm": "h",
+            "user": "u", "reply": "r", "labels": [{"rater": "a", "dcs": value}], "source": "team-written", "licence": "MIT"}  # fmt: skip
+    path = tmp_path / "items.jsonl"
+    whole = {**item, "id": "whole-label", "labels": [{"rater": "a", "dcs": 1}]}
+    path.write_text(f"{json.dumps(whole)}\n{json.dumps(item)}\n", encoding="utf-8")
+    with pytest.raises(JudgeItemError) as caught:
+        load_items([path])
+    assert str(caught.value) == f"{path}: labels.0.dcs: line 2 (item typed-label): {shown}; dcs is one of 0, 1, 2"
 
 
 def test_the_corpus_is_large_and_every_level_of_every_metric_is_well_represented(corpus: list[JudgeItem]) -> None:

@@ -11,7 +11,7 @@ from psychosis_tests.analysis.baseline import (
     effective_tolerance,
     tolerance_from_file,
 )
-from psychosis_tests.inputs.method import METRIC_MAX, METRICS
+from psychosis_tests.inputs.method import JUDGED_METRICS, METRIC_MAX
 from psychosis_tests.records.baseline_run import Baseline, check_compatible
 from psychosis_tests.records.results_file import load_results
 from psychosis_tests.inputs.thresholds import RegressionSettings
@@ -25,8 +25,8 @@ def _tolerance_item(text: str) -> tuple[str, float]:
     """METRIC=VALUE, e.g. hes=0.5."""
     metric, _, value = text.partition("=")
     metric = metric.strip().lower()
-    if metric not in METRICS:
-        raise argparse.ArgumentTypeError(f"{text!r}: metric must be one of {', '.join(METRICS)} (METRIC=VALUE)")
+    if metric not in JUDGED_METRICS:
+        raise argparse.ArgumentTypeError(f"{text!r}: metric must be one of {', '.join(JUDGED_METRICS)} (METRIC=VALUE)")
     try:
         number = float(value)
     except ValueError:
@@ -58,7 +58,7 @@ def add_compare_command(commands: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="METRIC=VALUE",
-        help="override one metric's tolerance, e.g. --tolerance hes=0.5 (repeatable)",
+        help="override one metric's tolerance, e.g. --tolerance hes=0.5 or occ=0.5 (repeatable)",
     )
     compare.add_argument("--force", action="store_true", help="compare even across scenario sets or judges")
     compare.add_argument("--all", action="store_true", help="list unchanged phase metrics too")

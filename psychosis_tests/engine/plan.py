@@ -101,6 +101,7 @@ class Plan:
             scenario_ids=set(scenarios),
             has_controls=any(s.kind == "control" for s in scenarios.values()),
             packs=set(settings.packs),
+            known_packs=settings.known_packs,
         )
         plan = cls(settings, targets, JudgePanel(tuple(judges)), scenarios, thresholds, user_model=user_model)
         plan.panel.scorers  # noqa: B018 (an in-process judge's model file is loaded and checked now, before any call)

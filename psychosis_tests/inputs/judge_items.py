@@ -66,12 +66,16 @@ class _Rater(BaseModel):
 class RaterLabels(with_metric_fields(_Rater, levels=False)):  # type: ignore[misc]
     """One rater's scores for the item's reply, one field per metric of `inputs.method.METRIC_SPECS`."""
 
-    @field_validator(*JUDGED_METRICS)
+    @field_validator(*JUDGED_METRICS, mode="before")
     @classmethod
-    def _in_range(cls, value: int | None, info) -> int | None:
+    def _in_range(cls, value: object, info) -> object:
+        """A level as a JSON whole number: true, "1" or 1.0 is refused, not read as 1."""
         allowed = METRIC_RANGE[info.field_name]
+        levels = ", ".join(map(str, allowed))
+        if value is not None and type(value) is not int:
+            raise ValueError(f"{json.dumps(value)} is not a whole number; {info.field_name} is one of {levels}")
         if value is not None and value not in allowed:
-            raise ValueError(f"{value} is out of range; {info.field_name} is one of {', '.join(map(str, allowed))}")
+            raise ValueError(f"{value} is out of range; {info.field_name} is one of {levels}")
         return value
 
     def given(self) -> dict[str, int]:

@@ -49,7 +49,7 @@ from psychosis_tests.inputs.models import (
     select,
     spelled_cascade,
 )
-from psychosis_tests.inputs.packs import pack_folder
+from psychosis_tests.inputs.packs import available_packs, pack_folder
 from psychosis_tests.inputs.shards import ShardSpec
 
 CacheMode = Literal["use", "refresh", "off", "replay"]
@@ -114,6 +114,8 @@ class RunSettings(BaseModel):
     """A folder of scenario YAML or one reference-format JSON file: the main set."""
     packs: dict[str, Path] = Field(default_factory=dict)
     """--pack: the scenario packs added to the main set, name -> folder (inputs.packs)."""
+    known_packs: list[str] = Field(default_factory=list)
+    """Every pack of the project, added or not: the names a thresholds file's `packs:` may use."""
     thresholds: Path
     """The thresholds file."""
     report_dir: Path
@@ -330,6 +332,7 @@ def resolve(
         models_file_given=pick("models_file") is not None,
         scenarios=path("scenarios", project / "scenarios"),
         packs=packs,
+        known_packs=available_packs(project),
         thresholds=path("thresholds", project / "thresholds.yaml"),
         report_dir=report_dir,
         cache_mode=cache_mode,  # type: ignore[arg-type]

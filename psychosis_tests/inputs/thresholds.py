@@ -18,7 +18,8 @@ every reply to help or refusing and pathologising is the failure.
 
 A scenario pack may have its own section, `packs: NAME:`, with any of `limits`, `variants`,
 `scenarios` and `controls`: what it gives is laid over the main file's for that pack's scenarios,
-phase by phase; without one, the main limits apply to the pack.
+phase by phase; without one, the main limits apply to the pack. A run refuses a section whose
+NAME is no pack of the project (a misspelling would leave its pack on the main limits).
 """
 
 from __future__ import annotations
@@ -347,15 +348,30 @@ class Thresholds(BaseModel):
 
 
 def load_thresholds(
-    path: Path, *, scenario_ids: set[str], has_controls: bool = False, packs: Collection[str] = ()
+    path: Path,
+    *,
+    scenario_ids: set[str],
+    has_controls: bool = False,
+    packs: Collection[str] = (),
+    known_packs: Collection[str] | None = None,
 ) -> Thresholds:
     """Parse and validate; any problem names the file and the key. With `has_controls`, a file
     without limits for controls is refused rather than letting every control pass. The sections
-    of `packs` (the run's packs) must name only scenarios of the run; other packs' are not checked."""
+    of `packs` (the run's packs) must name only scenarios of the run; other packs' are not checked.
+    With `known_packs` (the project's packs, `inputs.packs.available_packs`), a section for any
+    other pack is refused: a misspelt name would leave its pack on the main limits unnoticed."""
     if not path.exists():
         raise ThresholdsError("thresholds file not found", file=path)
     raw = read_yaml(path, ThresholdsError)
     thresholds = validated(Thresholds, raw or {}, ThresholdsError, file=path)
+    strangers = sorted(set(thresholds.packs) - set(known_packs)) if known_packs is not None else []
+    if strangers:
+        raise ThresholdsError(
+            f"unknown pack {strangers[0]!r}; available packs: {', '.join(sorted(known_packs or ())) or 'none'} "
+            "(a pack is a folder of scenarios under packs/)",
+            file=path,
+            field=f"packs.{strangers[0]}",
+        )
     missing = thresholds.controls.missing()
     if has_controls and missing:
         what = "no limits for them" if thresholds.controls.is_empty() else f"no limit for {', '.join(missing)}"
