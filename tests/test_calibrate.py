@@ -168,14 +168,84 @@ def test_a_benchmark_run_names_its_judges_calibration_or_says_it_has_none(tmp_pa
     assert "--require-calibrated-judge: judge not calibrated" in refused.stderr
     calibrated = _calibrate(tmp_path, "--judge", "reference/judge", "--calibration", str(fixture_set), *FEW_RESAMPLES)
     assert calibrated.returncode == 0
-    after = _bench(tmp_path, "--judge=reference/judge", "--require-calibrated-judge")
+    after = _bench(tmp_path, "--judge=reference/judge", f"--calibration={fixture_set}", "--require-calibrated-judge")
     assert after.returncode == 0, after.stdout + after.stderr
-    assert after.stdout.count("judge calibrated: passes the calibration gate (DCS kappa 1.00") == 2  # header and summary
+    passes = f"judge calibrated: passes the calibration gate on calibration set {fixture_set} (DCS kappa 1.00"
+    assert after.stdout.count(passes) == 2  # header and summary
     summaries = [p.read_text(encoding="utf-8") for p in (tmp_path / "my reports").glob("*/summary.md")]
     assert sum("judge calibrated: passes the calibration gate" in text for text in summaries) == 1
     assert sum("judge not calibrated" in text for text in summaries) == 1
-    other = _bench(tmp_path, "--judge=reference/judge-strict", "--require-calibrated-judge")
+    other = _bench(tmp_path, "--judge=reference/judge-strict", f"--calibration={fixture_set}", "--require-calibrated-judge")
     assert other.returncode == 4  # another judge's fingerprint: not calibrated
+
+
+def test_a_benchmark_run_takes_its_judges_calibration_on_its_own_calibration_set_only(
+    tmp_path: Path, fixture_set: Path
+) -> None:
+    """A newer result on another set (a pack's, an --items holdout) does not replace the run's own."""
+    own = _calibrate(tmp_path, "--judge", "reference/judge", "--calibration", str(fixture_set), *FEW_RESAMPLES)
+    assert own.returncode == 0, own.stdout + own.stderr
+    pack_set = write_fixture_set(tmp_path / "pack set", controls=1)
+    _flip_occ(pack_set)
+    failing = _calibrate(tmp_path, "--judge", "reference/judge", "--calibration", str(pack_set), *FEW_RESAMPLES)
+    assert failing.returncode == 1, failing.stdout + failing.stderr
+    holdout = REPO / "judge_holdout" / "team-confirmation" / "turing-test.jsonl"
+    items = _calibrate(tmp_path, "--judge", "reference/judge", "--items", str(holdout), *FEW_RESAMPLES)
+    assert items.returncode in (0, 1), items.stdout + items.stderr
+    assert _result(tmp_path)["item_files"] == [str(holdout)]
+    run = _bench(tmp_path, "--judge=reference/judge", f"--calibration={fixture_set}", "--require-calibrated-judge")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"judge calibrated: passes the calibration gate on calibration set {fixture_set} (DCS kappa 1.00" in run.stdout
+    assert "54 of 54 items" in run.stdout
+    on_pack = _bench(tmp_path, "--judge=reference/judge", f"--calibration={pack_set}", "--require-calibrated-judge")
+    assert on_pack.returncode == 4
+    assert f"FAILS the calibration gate on calibration set {pack_set} (" in on_pack.stderr
+    default = _bench(tmp_path, "--judge=reference/judge", "--require-calibrated-judge")  # calibration/: never measured
+    assert default.returncode == 4
+    refusal = "--require-calibrated-judge: judge not calibrated: no calibration result for this judge's fingerprint on the run's"
+    assert refusal in default.stderr
+
+
+def _stored_result(folder: Path, run_id: str, calibration_path: str, *, passed: bool, **fields: object) -> Path:
+    from psychosis_tests.inputs.judge_identity import judge_fingerprint
+    from psychosis_tests.inputs.models import builtin_models
+
+    document = {
+        "run_id": run_id, "finished_at": f"2026-12-0{run_id[-1]}T00:00:00+00:00", "calibration_path": calibration_path,
+        "items": 10, "judged_items": 10, "judge": "reference/judge", "passed": passed,
+        "fingerprint": judge_fingerprint([builtin_models()["reference/judge"]]).model_dump(mode="json"),
+        "metrics": [{"metric": "dcs", "n": 10, "kappa": 0.9 if passed else 0.1, "weighting": "quadratic",
+                     "exact_agreement": 0.9}],
+        **fields,
+    }  # fmt: skip
+    path = folder / run_id / "calibration.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(document), encoding="utf-8")
+    return path
+
+
+def test_find_calibration_matches_the_set_measured_and_the_shipped_result_stands_for_calibration(tmp_path: Path) -> None:
+    from psychosis_tests.inputs.judge_identity import judge_fingerprint
+    from psychosis_tests.inputs.models import builtin_models
+    from psychosis_tests.records.calibration_result import SHIPPED_SET, find_calibration
+
+    reports, mine = tmp_path / "reports", tmp_path / "my set"
+    fingerprint = judge_fingerprint([builtin_models()["reference/judge"]]).hash
+    _stored_result(reports, "r1", str(mine), passed=True)
+    _stored_result(reports, "r2", str(tmp_path / "packs" / "clinical" / "calibration"), passed=False)
+    _stored_result(reports, "r3", str(mine), passed=False, item_files=[str(mine)])  # --items, whatever its path
+    _stored_result(reports, "r4", "judge_holdout/smollm2", passed=False)  # --items, written before item_files
+    shipped = _stored_result(tmp_path / "shipped", "r5", "/another/machine/calibration", passed=True)
+
+    def found(calibration_set: Path | None) -> tuple[str, str] | None:
+        result = find_calibration(reports, fingerprint, calibration_set=calibration_set, shipped=shipped)
+        return (result.run_id, result.calibration_path) if result else None
+
+    assert found(mine) == ("r1", str(mine))
+    assert found(SHIPPED_SET) == ("r5", str(SHIPPED_SET))  # named as this checkout's calibration/
+    assert found(tmp_path / "elsewhere") is None
+    assert found(None) == ("r5", "/another/machine/calibration")  # any set: --estimate's escalation rate
+    assert find_calibration(reports, fingerprint, calibration_set=SHIPPED_SET, shipped=None) is None
 
 
 def test_pytest_mark_judge_calibration_runs_the_gate_as_tests(tmp_path: Path, fixture_set: Path) -> None:
@@ -317,7 +387,7 @@ def test_occ_agreement_is_reported_in_every_output(tmp_path: Path, fixture_set: 
     assert control["kind"] == "control" and control["asked"] == ["dcs", "hes", "sis", "occ"]
     assert set(control["gold"]) == {"sis", "occ"} and set(control["answers"][0]["scores"]) == {"dcs", "hes", "sis", "occ"}
     # a benchmark run names the OCC kappa of its judge's calibration
-    bench = _bench(tmp_path, "--judge=reference/judge")
+    bench = _bench(tmp_path, "--judge=reference/judge", f"--calibration={fixture_set}")
     assert "OCC kappa 1.00" in bench.stdout and "SIS (controls) kappa 1.00" in bench.stdout
 
 
@@ -406,6 +476,32 @@ def test_calibrate_takes_the_set_and_the_judge_repeats_from_the_environment(tmp_
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"from {fixture_set}; repeats 2; " in done.stdout
     assert _result(tmp_path)["items"] == ITEMS
+
+
+@pytest.mark.parametrize(
+    ("environ", "judge"),
+    [
+        ({"PSYCHOSIS_MODELS": "reference/guardian"}, "trained"),  # its default judge would be reference/judge
+        ({"PSYCHOSIS_MODELS": "gpt-4o", "PSYCHOSIS_PACKS": "clinical", "PSYCHOSIS_TURNS": "2",
+          "PSYCHOSIS_JUDGE": "reference/judge-strict"}, "reference/judge-strict"),  # fmt: skip
+    ],
+    ids=["reference-targets", "unknown-target-pack-and-turns"],
+)
+def test_calibrate_ignores_the_benchmarks_target_and_pack_variables(
+    tmp_path: Path, fixture_set: Path, environ: dict[str, str], judge: str
+) -> None:
+    """CI sets PSYCHOSIS_MODELS (and packs) for its benchmark run; calibrate in the same job must
+    still calibrate the judge its own options and PSYCHOSIS_JUDGE name. From a sub-folder, where a
+    pack name would not resolve."""
+    done = subprocess.run(
+        [sys.executable, "-m", "psychosis_tests", "calibrate", "--report-dir", str(tmp_path / "my reports"),
+         "--calibration", str(fixture_set), "--scenarios", str(REPO / "scenarios"),
+         "--thresholds", str(REPO / "thresholds.yaml"), *FEW_RESAMPLES],
+        cwd=REPO / "docs", capture_output=True, text=True, env=_env() | environ, timeout=300,
+    )  # fmt: skip
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    assert done.stdout.startswith(f"psychosis-bench calibrate: judge {judge}; {ITEMS} items"), done.stdout
+    assert _result(tmp_path)["judge"] == judge
 
 
 def test_calibration_md_puts_ids_in_code_spans_as_they_are_and_inert() -> None:

@@ -94,6 +94,8 @@ def test_several_raters_are_kept_and_the_gold_label_is_their_consensus(tmp_path:
         ({"turn": 3}, "greater than or equal to 4"),
         ({"labels": [{"rater": "a", "dcs": 3, "hes": 1, "sis": 0}]}, "labels.0.dcs"),
         ({"labels": [{"rater": "a", "dcs": 0, "hes": 1, "sis": 2}]}, "labels.0.sis"),
+        ({"labels": [{"rater": "a", "dcs": True, "hes": 1, "sis": 0}]}, "labels.0.dcs: True is not a whole number"),
+        ({"labels": [{"rater": "a", "dcs": 0, "hes": 1.0, "sis": 0}]}, "labels.0.hes: 1.0 is not a whole number"),
         ({"labels": [{"rater": "a", "dcs": 0, "hes": 1, "sis": 0}, {"rater": "a", "dcs": 0, "hes": 1, "sis": 0}]}, "labels twice"),
         ({"tags": ["made-up-tag"]}, "unknown tag 'made-up-tag'"),
         ({"reason": "line one\nline two"}, "one line"),

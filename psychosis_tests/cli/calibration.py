@@ -6,7 +6,10 @@
     python -m psychosis_tests review-import FILE... --out-dir DIR [--rater NAME]
 
 calibrate takes the benchmark's own options where they apply, spelled the same; settings follow
-the benchmark's precedence (command line, then environment, then defaults).
+the benchmark's precedence (command line, then environment, then defaults), reading only these
+options' environment variables and PSYCHOSIS_PROGRESS_INTERVAL: the benchmark's others,
+PSYCHOSIS_MODELS and PSYCHOSIS_PACKS among them, are ignored, so a CI job that sets them for its
+benchmark run calibrates the judge calibrate names (trained unless --judge or PSYCHOSIS_JUDGE).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from pathlib import Path
 from psychosis_tests.analysis.agreement import BOOTSTRAP_RESAMPLES
 from psychosis_tests.cli.options import add_input_files, positive_int
 from psychosis_tests.inputs.models import DEFAULT_ESCALATION_THRESHOLD
-from psychosis_tests.inputs.settings import resolve
+from psychosis_tests.inputs.settings import ENV, resolve
 
 EXIT_OK, EXIT_GATE_FAILED = 0, 1
 DEFAULT_CALIBRATION = Path("calibration")
@@ -31,8 +34,10 @@ def add_calibrate_parser(commands: argparse._SubParsersAction) -> None:
         help="score the gold-labelled calibration set with a judge; exit 1 below the calibration gate",
         description="Score every item of the calibration set with the judge (or a panel: repeat --judge) through "
         "the benchmark's judge code, cache and concurrency, compare with the gold labels and gate on the minimum "
-        "kappas in thresholds.yaml. Exit status: 0 passed, 1 failed the gate (or items could not be judged), "
-        "2 bad input.",
+        "kappas in thresholds.yaml. An option the benchmark also has, when not given, is read from its environment "
+        "variable (PSYCHOSIS_JUDGE, PSYCHOSIS_ESCALATE_TO, PSYCHOSIS_MODELS_FILE, PSYCHOSIS_CALIBRATION, ...; and "
+        "PSYCHOSIS_PROGRESS_INTERVAL); the benchmark's other variables, PSYCHOSIS_MODELS and PSYCHOSIS_PACKS among "
+        "them, are ignored. Exit status: 0 passed, 1 failed the gate (or items could not be judged), 2 bad input.",
     )
     calibrate.add_argument("--judge", action="append", metavar="ID", help="judge model id; repeat for a panel (default: trained, the trained judge)")
     calibrate.add_argument("--escalate-to", action="append", metavar="ID",
@@ -50,7 +55,8 @@ def add_calibrate_parser(commands: argparse._SubParsersAction) -> None:
                            help=f"calibration set: a folder of *.yaml files or one file; default: {DEFAULT_CALIBRATION}/")
     calibrate.add_argument("--items", metavar="PATH", type=Path, action="append", default=None,
                            help="measure the judge on labelled judge items (a .jsonl file or a folder of them, the "
-                           "judge_corpus/ format) instead of the calibration set; repeatable")
+                           "judge_corpus/ format) instead of the calibration set (a benchmark run never takes this "
+                           "for its judge's calibration); repeatable")
     calibrate.add_argument("--judge-repeats", metavar="N", type=positive_int, default=None,
                            help="ask the judge N times per item (distinct seeds) and report its self-consistency; default: 1")
     calibrate.add_argument("--bootstrap-resamples", metavar="N", type=positive_int, default=BOOTSTRAP_RESAMPLES,
@@ -68,7 +74,10 @@ def calibrate(args: argparse.Namespace) -> int:
         "escalate_to": args.escalate_to, "escalate_threshold": args.escalate_threshold,
         "cache_path": args.cache_path, "calibration": args.calibration, "judge_repeats": args.judge_repeats,
     }
-    settings = resolve(values.get, dict(os.environ), Path.cwd())
+    # Only these settings' variables: the benchmark's others (PSYCHOSIS_MODELS, PSYCHOSIS_PACKS, ...) describe a
+    # benchmark run, and its targets would choose the default judge.
+    environ = {ENV[name]: os.environ[ENV[name]] for name in [*values, "progress_interval"] if ENV[name] in os.environ}
+    settings = resolve(values.get, environ, Path.cwd())
     assert settings.calibration is not None  # resolve sets it
     path = settings.calibration
     items_given = getattr(args, "items", None) or None

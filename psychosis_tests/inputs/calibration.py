@@ -120,6 +120,14 @@ class Label(with_metric_fields(_Rater, levels=True)):  # type: ignore[misc]
     turns 4-12, HES and SIS on 7-12, OCC on control items' turns 4-12), one field per metric of
     `inputs.method.METRIC_SPECS`."""
 
+    @field_validator(*JUDGED_METRICS, mode="before")
+    @classmethod
+    def _whole_number(cls, value: object, info) -> object:  # noqa: ANN001
+        """YAML's true or 1.0 would equal the level 1: a label must be written as the number."""
+        if value is not None and type(value) is not int:
+            raise ValueError(f"{value!r} is not a whole number; {info.field_name} is a level written as a number")
+        return value
+
     def scores(self) -> dict[str, int]:
         return {m: v for m in JUDGED_METRICS if (v := getattr(self, m)) is not None}
 

@@ -2,7 +2,9 @@
 
 `calibrate` writes one run folder `<report-dir>/<run-id>-calibration/` with calibration.json
 (this schema), calibration.md and the judge's per-item answers. A benchmark run looks in its
-report folder for the newest result with its own judge fingerprint.
+report folder for the newest result with its own judge fingerprint on its own calibration set
+(calibration/, or its --calibration): a measurement on other items (--items, a pack's set) says
+nothing about the set that gates the run, so it is not taken for it.
 
 Agreement is reported per metric and per kind of scenario: DCS, HES and SIS over the items on
 delusion scenarios, OCC and SIS over the items on control scenarios (`GATED`, the judge's answers
@@ -187,7 +189,11 @@ class CalibrationResult(BaseModel):
     finished_at: str
     """ISO time the result was written."""
     calibration_path: str
-    """The calibration set (folder or file) that was scored."""
+    """The calibration set (folder or file) that was scored, as an absolute path; with --items, the
+    first item file as given (`.` for several)."""
+    item_files: list[str] = Field(default_factory=list)
+    """--items: the labelled judge-item files measured instead of a calibration set (empty for a
+    calibration set). Such a result never stands for a benchmark run's calibration."""
     items: int
     """Items in the set."""
     control_items: int = 0
@@ -239,8 +245,8 @@ class CalibrationResult(BaseModel):
         verdict = "passes" if self.passed else "FAILS"
         escalated = f"; escalated {self.escalation.rate:.1%} to {self.escalation.to}" if self.escalation else ""
         return (
-            f"judge calibrated: {verdict} the calibration gate ({kappas}; {self.judged_items} of {self.items} items"
-            f"{escalated}; run {self.run_id})"
+            f"judge calibrated: {verdict} the calibration gate on calibration set {self.calibration_path} ({kappas}; "
+            f"{self.judged_items} of {self.items} items{escalated}; run {self.run_id})"
         )
 
 
@@ -248,13 +254,27 @@ SHIPPED_CALIBRATION = Path(__file__).resolve().parents[1] / "judge_model" / CALI
 """The shipped trained judge's own calibration result (train-judge writes it next to the model
 file), so a fresh clone's first run can say how far its default judge is to be trusted."""
 
+SHIPPED_SET = Path(__file__).resolve().parents[2] / "calibration"
+"""The set the shipped result measured: the checkout's calibration/, on which train-judge gates the
+shipped model (the result's own calibration_path is where it lay on the machine that trained it)."""
+
 
 def find_calibration(
-    report_dir: Path, fingerprint_hash: str, *, shipped: Path | None = SHIPPED_CALIBRATION
+    report_dir: Path,
+    fingerprint_hash: str,
+    *,
+    calibration_set: Path | None = None,
+    shipped: Path | None = SHIPPED_CALIBRATION,
 ) -> CalibrationResult | None:
     """The newest calibration result for this judge fingerprint in `report_dir` or, unless
     `shipped` is None, the shipped one; None when there is none. Unreadable files are skipped: a
-    broken old result must not stop a benchmark run."""
+    broken old result must not stop a benchmark run.
+
+    `calibration_set`: the run's calibration set; only a result that measured that set counts (the
+    shipped one when it is SHIPPED_SET, never a result on --items), so a measurement on other items
+    never gives a run its gate status. None takes a result on any set, for a reader that wants any
+    measurement of the judge rather than a status (--estimate's escalation rate, train-judge)."""
+    wanted = calibration_set.resolve() if calibration_set is not None else None
     found: list[CalibrationResult] = []
     paths = list(report_dir.glob(f"*/{CALIBRATION_FILE}")) if report_dir.is_dir() else []
     for path in [*paths, *([shipped] if shipped is not None and shipped.is_file() else [])]:
@@ -262,8 +282,14 @@ def find_calibration(
             result = CalibrationResult.model_validate_json(path.read_text(encoding="utf-8"))
         except (OSError, ValueError, ValidationError):
             continue
-        if result.fingerprint.hash == fingerprint_hash:
-            found.append(result)
+        if result.fingerprint.hash != fingerprint_hash:
+            continue
+        if wanted is not None:
+            measured = SHIPPED_SET if path == shipped else Path(result.calibration_path)
+            if result.item_files or not measured.is_absolute() or measured.resolve() != wanted:
+                continue
+            result = result.model_copy(update={"calibration_path": str(calibration_set)})  # named as the run names it
+        found.append(result)
     return max(found, key=lambda r: (r.finished_at, r.run_id)) if found else None
 
 
@@ -271,7 +297,8 @@ def calibration_line(calibration: CalibrationResult | None) -> str:
     """What a benchmark run's header and summary say about its judge's calibration."""
     if calibration is None:
         return (
-            "judge not calibrated: no calibration result for this judge's fingerprint in the report folder "
-            "(run `python -m psychosis_tests calibrate` with the same --judge and --models-file)"
+            "judge not calibrated: no calibration result for this judge's fingerprint on the run's calibration set "
+            "(calibration/ or --calibration) in the report folder (run `python -m psychosis_tests calibrate` with the "
+            "same --judge, --models-file and --calibration)"
         )
     return calibration.summary_line()

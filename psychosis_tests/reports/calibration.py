@@ -68,7 +68,7 @@ def next_steps(result: CalibrationResult, *, markdown: bool = False) -> list[str
     lines = [
         "What to do next:",
         f"- Do not gate releases on this judge: it failed the calibration gate{why}. A benchmark run judged by it "
-        f"says so in its header and summary, and {code('--require-calibrated-judge')} refuses it.",
+        f"on this calibration set says so in its header and summary, and {code('--require-calibrated-judge')} refuses it.",
         f"- Try a stronger judge model: add it to the models file, then {code('calibrate --judge ID')}.",
         f"- Try a panel of judges that vote: {code('calibrate --judge A --judge B --judge C')}.",
         f"- Try per-metric mode ({code('judge_mode: per-metric')} on the judge's models-file entry: one metric per call).",

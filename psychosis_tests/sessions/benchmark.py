@@ -60,9 +60,9 @@ class BenchmarkSession:
         self.servers = SuiteServers()
         """The suite's own servers this run needs (none until start_servers)."""
         self.calibration: CalibrationResult | None = find_calibration(
-            plan.settings.report_dir, plan.judge_fingerprint().hash
+            plan.settings.report_dir, plan.judge_fingerprint().hash, calibration_set=plan.settings.calibration
         )
-        """The newest calibration result for this run's judge fingerprint, if any."""
+        """The newest calibration result for this run's judge fingerprint on its calibration set, if any."""
         self.records: dict[CaseKey, CaseRecord] = {}
         """Each case's result, once its test reported (or the run ended without it)."""
         self.finished: dict[CaseKey, CaseOutcome | CaseError] = {}

@@ -69,6 +69,7 @@ class CalibrationSession:
         self.calibration: CalibrationSet = (
             calibration_set_from_items(item_files) if item_files else load_calibration(calibration_path, scenarios)
         )
+        self.item_files = [str(path) for path in item_files or []]
         self.judge_repeats = judge_repeats
         self.resamples = resamples
         self.run_dir = run_dir or settings.report_dir / f"{new_run_id()}-calibration"
@@ -100,7 +101,7 @@ class CalibrationSession:
             run_id=self.run_dir.name,
             repeats=self.judge_repeats,
             resamples=self.resamples,
-        )
+        ).model_copy(update={"item_files": self.item_files})  # a result on --items is no run's calibration
         write_calibration_files(self.run_dir, result, judgements)
         return result
 
