@@ -16,7 +16,7 @@ from psychosis_tests.inputs.shards import ShardSpec, assign
 from psychosis_tests.plugin import session_key
 from psychosis_tests.reports.allure_run import SUMMARY_NAME, copy_allure_results
 from psychosis_tests.servers.reference_server import ReferenceServer
-from tests.benchmark_runner import SCENARIOS, THRESHOLDS, BenchmarkRunner
+from tests.benchmark_runner import REPO, SCENARIOS, THRESHOLDS, BenchmarkRunner
 
 pytest_plugins = ["pytester"]
 
@@ -215,3 +215,57 @@ def test_shards_judged_by_a_cascade_spelled_on_the_command_line_merge(benchmark_
     merged = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert merged["run"]["judge"] == "trained>reference/judge" and len(merged["cases"]) == 4
     assert merged["run"]["judge_fingerprint"] == json.loads((shard_dirs[0] / "results.json").read_text())["run"]["judge_fingerprint"]
+
+
+def test_shards_of_a_run_with_a_pack_merge_from_a_sub_folder_and_from_outside_the_project(
+    benchmark_runner: BenchmarkRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """The shards' packs are read from the project folder, where the benchmark found them, whatever
+    the working directory: from tests/ with the inputs given relative to it, and from a folder
+    outside the project with every input left to its default (the project's)."""
+    args = ("--model", "reference/guardian", "--judge", "reference/judge", "--pack=clinical",
+            "-k", "clinical-somatic and not control")  # fmt: skip
+    shard_dirs = [benchmark_runner.run_creating_one_folder(*args, f"--shard={k}/2")[1] for k in (1, 2)]
+    shards = [json.loads((d / "results.json").read_text(encoding="utf-8")) for d in shard_dirs]
+    ran = sorted(c["scenario"] for shard in shards for c in shard["cases"])
+    assert ran == ["clinical-somatic-explicit", "clinical-somatic-implicit"] and shards[0]["run"]["packs"]
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    for where, inputs in (
+        (REPO / "tests", ["--scenarios", "../scenarios", "--thresholds", "../thresholds.yaml",
+                          "--models-file", "../models.yaml"]),  # fmt: skip
+        (outside, []),
+    ):
+        monkeypatch.chdir(where)
+        out = tmp_path / f"merged-{where.name}"
+        code = cli.main(["merge", *map(str, shard_dirs), "--out", str(out), *inputs])
+        assert code == 0, capsys.readouterr().err  # the guardian passes both cases
+        merged = json.loads((out / "results.json").read_text(encoding="utf-8"))
+        assert sorted(c["scenario"] for c in merged["cases"]) == ran
+        assert [c["pack"] for c in merged["cases"]] == ["clinical", "clinical"]
+        assert merged["run"]["packs"] == shards[0]["run"]["packs"]
+
+
+def test_merge_carries_every_shards_transport_warnings_once(
+    benchmark_runner: BenchmarkRunner, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A shard's warning about how its calls were sent (a batch that may be paid twice) is in the
+    merged results.json, summary.md and terminal, as in a run done in one job; one said by two
+    shards is said once."""
+    args = ("--model", "reference/guardian", "--judge", "reference/judge", "-k", "conduit and not control")
+    shard_dirs = [benchmark_runner.run_creating_one_folder(*args, f"--shard={k}/2")[1] for k in (1, 2)]
+    both = "'batch-judge': http://127.0.0.1:9/v1 did not keep the batch's metadata: that batch is paid twice"
+    listing = "'batch-target': the batches of http://127.0.0.1:9/v1 cannot be listed (404): that batch is paid twice"
+    for run_dir, warnings in zip(shard_dirs, ([both], [listing, both]), strict=True):
+        data = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
+        assert data["run"]["transport_warnings"] == []  # the reference models are not sent in batches
+        data["run"]["transport_warnings"] = warnings
+        (run_dir / "results.json").write_text(json.dumps(data), encoding="utf-8")
+    out = tmp_path / "merged"
+    assert merge(*shard_dirs, out=out) == 0
+    terminal = capsys.readouterr().out
+    assert json.loads((out / "results.json").read_text(encoding="utf-8"))["run"]["transport_warnings"] == [both, listing]
+    markdown = (out / "summary.md").read_text(encoding="utf-8")
+    for warning in (both, listing):
+        assert terminal.count(f"WARNING: {warning}.") == 1
+        assert markdown.count(f"**Warning: {warning}.**") == 1

@@ -522,6 +522,35 @@ def test_train_judge_distils_a_past_run_and_refuses_calibration_copies(
     assert f"repeats calibration item {copied_id!r} (same text)" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("where", ["sub-folder", "outside"])
+def test_train_judge_refuses_a_copy_of_a_pack_calibration_item_from_any_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """The packs whose calibration items are held out are the project folder's, as from its top:
+    run from tests/ (calibration/ given relative to it) or from outside the project (every default
+    left to the project's), a training item copying a pack's calibration reply stops the command
+    before any training."""
+    from psychosis_tests import __main__ as cli
+    from psychosis_tests.cli.train_judge import calibration_replies
+
+    copied_id, copied = calibration_replies(REPO / "packs" / "clinical" / "calibration")[0]
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    write_lines(corpus / "copy.jsonl", [item(1, copied, 1, 1, 0)])
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    monkeypatch.chdir(REPO / "tests" if where == "sub-folder" else outside)
+    calibration = ["--calibration", "../calibration"] if where == "sub-folder" else []
+    out = tmp_path / "never-written.npz"
+    code = cli.main(["train-judge", "--corpus", str(corpus), *calibration, "--no-cross-validation", "--no-gate",
+                     "--out", str(out)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2, err
+    expected = f"training item 'conduit-t08-x-001' repeats calibration item {copied_id!r} of packs/clinical/calibration"
+    assert f"{expected} (same text)" in err
+    assert not out.exists()
+
+
 def test_train_judge_runs_the_calibration_gate_on_the_new_model(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

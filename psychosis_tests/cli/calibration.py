@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from psychosis_tests.analysis.agreement import BOOTSTRAP_RESAMPLES
-from psychosis_tests.cli.options import add_input_files, positive_int
+from psychosis_tests.cli.options import add_input_files, positive_int, project_folder
 from psychosis_tests.inputs.models import DEFAULT_ESCALATION_THRESHOLD
 from psychosis_tests.inputs.settings import ENV, resolve
 
@@ -47,7 +47,7 @@ def add_calibrate_parser(commands: argparse._SubParsersAction) -> None:
                            help=f"the cascade's thresholds: one probability, or dcs=0.7,sis=0.9 for some metrics; default: {DEFAULT_ESCALATION_THRESHOLD:g} for every metric")
     roles = {"--models-file": "the judges", "--scenarios": "the items' scenarios and harms",
              "--thresholds": "the calibration gate"}
-    add_input_files(calibrate, roles, resolved_later=True)
+    add_input_files(calibrate, roles)
     calibrate.add_argument("--report-dir", metavar="DIR", help="where the calibration run folder goes; default: reports/")
     calibrate.add_argument("--cache-mode", metavar="MODE", help="use | refresh | off | replay; default: use")
     calibrate.add_argument("--cache-path", metavar="PATH", help="response cache file; default: <report-dir>/cache.sqlite3")
@@ -77,7 +77,7 @@ def calibrate(args: argparse.Namespace) -> int:
     # Only these settings' variables: the benchmark's others (PSYCHOSIS_MODELS, PSYCHOSIS_PACKS, ...) describe a
     # benchmark run, and its targets would choose the default judge.
     environ = {ENV[name]: os.environ[ENV[name]] for name in [*values, "progress_interval"] if ENV[name] in os.environ}
-    settings = resolve(values.get, environ, Path.cwd())
+    settings = resolve(values.get, environ, project_folder())
     assert settings.calibration is not None  # resolve sets it
     path = settings.calibration
     items_given = getattr(args, "items", None) or None

@@ -1,7 +1,8 @@
 """`python -m psychosis_tests merge RUN... --out DIR`: the command line of sessions.merge.
 
 Exit status: 0 every case passed, 1 a case failed or errored, 2 the runs cannot be merged
-(a ConfigError, left to __main__)."""
+(a ConfigError, left to __main__). The scenarios, thresholds and models file default to those of
+the project folder, whose packs/ the shards' packs are read from, wherever the command is run."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from psychosis_tests.cli.options import add_input_files
+from psychosis_tests.cli.options import INPUT_FILES, add_input_files, project_folder
 from psychosis_tests.reports.tables import terminal_table
 from psychosis_tests.sessions.merge import MergeInputs, merge_runs
 
@@ -20,13 +21,14 @@ def add_merge_command(commands: argparse._SubParsersAction) -> None:
         help="pool the run folders of a sharded run into one run; exit 1 when any case failed or errored",
         description="Pool the per-turn verdicts of the runs (e.g. `pytest --shard K/N` jobs), score them again "
         "and write one run folder. Exit status: 0 every case passed, 1 a case failed or errored, "
-        "2 the runs cannot be merged (overlap, a missing shard, another scenario set, judge or rubric).",
+        "2 the runs cannot be merged (overlap, a missing shard, another scenario set, judge or rubric). "
+        "Defaults, and the shards' scenario packs, are taken from the project folder (the one holding pyproject.toml).",
     )
     merge.add_argument("runs", type=Path, nargs="+", metavar="RUN", help="a shard's run folder (or its results.json)")
     merge.add_argument("--out", type=Path, required=True, metavar="DIR", help="the merged run folder to write (new or empty)")
     roles = {"--models-file": "prices, model names", "--scenarios": "the ones the shards ran",
              "--thresholds": "the limits the merged cases are gated with"}
-    add_input_files(merge, roles, resolved_later=False)
+    add_input_files(merge, roles)  # None when not given: the project folder's
     merge.add_argument("--baseline", type=Path, metavar="PATH", help="compare each case with this earlier run (folder or results.json)")
     merge.add_argument("--force-baseline", action="store_true", help="use --baseline even if its scenario set or judge differs")
     merge.add_argument("--alluredir", type=Path, metavar="DIR", help="write one Allure results folder for the merged run here")
@@ -38,7 +40,20 @@ def add_merge_command(commands: argparse._SubParsersAction) -> None:
 
 def run_merge(args: argparse.Namespace) -> int:
     """The `merge` command; ConfigError (exit 2) is left to the caller."""
-    inputs = MergeInputs(args.models_file, args.scenarios, args.thresholds, args.baseline, args.force_baseline)
+    project = project_folder()
+
+    def given_or_default(value: str | None, flag: str) -> Path:
+        """A path given is taken from the working directory; a default from the project folder."""
+        return Path(value) if value is not None else project / INPUT_FILES[flag][1]
+
+    inputs = MergeInputs(
+        given_or_default(args.models_file, "--models-file"),
+        given_or_default(args.scenarios, "--scenarios"),
+        given_or_default(args.thresholds, "--thresholds"),
+        project,
+        args.baseline,
+        args.force_baseline,
+    )
     summary, notes = merge_runs(list(args.runs), args.out, inputs)
     if args.alluredir is not None:
         from psychosis_tests.reports.allure_run import copy_allure_results, write_allure_summary

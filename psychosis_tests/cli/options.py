@@ -12,7 +12,21 @@ INPUT_FILES: dict[str, tuple[str, str]] = {
     "--scenarios": ("scenario folder", "scenarios/"),
     "--thresholds": ("thresholds file", "thresholds.yaml"),
 }
-"""flag -> (what it names, its default in the working directory)."""
+"""flag -> (what it names, its default in the project folder)."""
+PROJECT_FILE = "pyproject.toml"
+
+
+def project_folder() -> Path:
+    """The project folder: where the commands take their defaults and scenario packs from, the same
+    from the project's top, a sub-folder or outside it. In a checkout it is the folder holding this
+    package and pyproject.toml, which is the benchmark's own (pytest's rootdir when it runs the
+    benchmark module there); for an installed package, the nearest folder holding pyproject.toml
+    from the working directory up (as pytest finds its rootdir), else the working directory."""
+    checkout = Path(__file__).resolve().parents[2]
+    if (checkout / PROJECT_FILE).is_file():
+        return checkout
+    here = Path.cwd().resolve()
+    return next((folder for folder in (here, *here.parents) if (folder / PROJECT_FILE).is_file()), here)
 
 
 def positive_int(text: str) -> int:
@@ -26,15 +40,9 @@ def positive_int(text: str) -> int:
     return value
 
 
-def add_input_files(parser: argparse.ArgumentParser, roles: Mapping[str, str], *, resolved_later: bool) -> None:
+def add_input_files(parser: argparse.ArgumentParser, roles: Mapping[str, str]) -> None:
     """--models-file, --scenarios and --thresholds; `roles` says, per flag, what the command uses the file for.
-
-    With `resolved_later` the value is the text given or None, for settings.resolve to weigh against
-    the environment and the defaults; without, a Path that defaults to the file in the working
-    directory."""
+    The value is the text given or None, for the command to weigh against the environment and the
+    project folder's defaults."""
     for flag, (what, default) in INPUT_FILES.items():
-        help_text = f"{what} ({roles[flag]}); default: {default}"
-        if resolved_later:
-            parser.add_argument(flag, metavar="PATH", help=help_text)
-        else:
-            parser.add_argument(flag, type=Path, default=Path(default), metavar="PATH", help=help_text)
+        parser.add_argument(flag, metavar="PATH", help=f"{what} ({roles[flag]}); default: {default} in the project folder")

@@ -5,11 +5,13 @@
 Reads the shipped corpus (judge_corpus/) plus any labelled item files named, and the judged turns
 of past runs (`--from-run`: their judge becomes the rater). Refuses, before any work, an item that
 equals or nearly copies a calibration reply, of the calibration set or of any scenario pack's
-(packs/*/calibration/). Prints a leave-one-archetype-out cross-validation (kappas, and whether the
-held-out verdicts' probabilities match how often they were right),
+(packs/*/calibration/ of the project folder, wherever the command is run). Prints a
+leave-one-archetype-out cross-validation (kappas, and whether the held-out verdicts'
+probabilities match how often they were right),
 writes the model file, then runs the calibration gate on calibration/ with the new model, exactly
 as `calibrate --judge trained` would. Exit status: 0 passed the gate, 1 failed it, 2 bad input.
-Progress goes to stderr.
+Progress goes to stderr. Defaults (the corpus, calibration/, scenarios/, the gate's thresholds and
+report folder) are taken from the project folder (`project_folder`), as the benchmark takes them.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 
 import yaml
 
+from psychosis_tests.cli.options import project_folder
 from psychosis_tests.common.errors import ConfigError
 
 DEFAULT_CORPUS = Path("judge_corpus")
@@ -35,7 +38,7 @@ def add_train_judge_parser(commands: argparse._SubParsersAction) -> None:
         description=__doc__.splitlines()[0],
     )
     train.add_argument("--corpus", type=Path, default=None, metavar="DIR",
-                       help=f"the training corpus; default: ./{DEFAULT_CORPUS}/")
+                       help=f"the training corpus; default: {DEFAULT_CORPUS}/ in the project folder")
     train.add_argument("--items", type=Path, action="append", default=[], metavar="PATH",
                        help="more labelled items (a .jsonl file or a folder of them); repeatable")
     train.add_argument("--from-run", type=Path, action="append", default=[], metavar="RUN",
@@ -43,9 +46,9 @@ def add_train_judge_parser(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--out", type=Path, default=None, metavar="FILE",
                        help="the model file to write; default: the trained judge shipped with the suite")
     train.add_argument("--calibration", type=Path, default=None, metavar="PATH",
-                       help="the held-out calibration set the gate runs on; default: ./calibration/")
+                       help="the held-out calibration set the gate runs on; default: calibration/ in the project folder")
     train.add_argument("--scenarios", type=Path, default=None, metavar="DIR",
-                       help="scenario set for --from-run harms and archetypes; default: ./scenarios/")
+                       help="scenario set for --from-run harms and archetypes; default: scenarios/ in the project folder")
     train.add_argument("--no-cross-validation", action="store_true", help="skip the cross-validation")
     train.add_argument("--no-gate", action="store_true", help="write the model without running the calibration gate")
 
@@ -58,7 +61,7 @@ def train_judge(args: argparse.Namespace) -> int:
     def progress(line: str) -> None:
         print(f"[train-judge] {line}", file=sys.stderr, flush=True)
 
-    root = Path.cwd()
+    root = project_folder()
     items = gather_items(args, root, progress)
     calibration = args.calibration if args.calibration is not None else root / "calibration"
     refuse_calibration_copies(items, calibration, root)
@@ -101,7 +104,8 @@ def gather_items(args: argparse.Namespace, root: Path, progress) -> list:
 
 def refuse_calibration_copies(items: list, calibration: Path, root: Path) -> None:
     """Stop when a training item equals or nearly copies a held-out calibration reply: of the
-    calibration set, or of a scenario pack of the project at `root` (their items are held out too)."""
+    calibration set, or of a scenario pack of the project folder `root` (their items are held out
+    too; train-judge passes `project_folder()`, never the working directory)."""
     from psychosis_tests.analysis.near_duplicates import overlaps
     from psychosis_tests.inputs.packs import pack_calibration_folders
 
@@ -120,15 +124,21 @@ def run_gate(model_file: Path, calibration: Path, root: Path) -> int:
     from psychosis_tests.records.calibration_result import SHIPPED_CALIBRATION
     from psychosis_tests.inputs.judge_identity import judge_fingerprint
     from psychosis_tests.inputs.models import TRAINED_MODEL_FILE, builtin_models
-    from psychosis_tests.inputs.settings import resolve
+    from psychosis_tests.inputs.settings import ENV, resolve
 
     with tempfile.TemporaryDirectory() as scratch:
         models_file = Path(scratch) / "models.yaml"
         entry = {"id": "trained", "model": "psychosis-bench-trained-judge", "kind": "trained", "model_file": str(model_file)}
         models_file.write_text(yaml.safe_dump({"models": [entry]}), encoding="utf-8")
+        given = {"judge": ["trained"], "models_file": str(models_file), "cache_mode": "off", "calibration": calibration}
+        # These paths from their environment variables, else the project folder's defaults; calibrate
+        # gets them as given (absolute), so the gate reads and writes the same files wherever
+        # train-judge is run. The benchmark's other variables (PSYCHOSIS_MODELS, ...) are not read.
+        environ = {ENV[n]: os.environ[ENV[n]] for n in ("scenarios", "thresholds", "report_dir") if ENV[n] in os.environ}
+        settings = resolve(given.get, environ, root)
         namespace = argparse.Namespace(
-            judge=["trained"], escalate_to=None, escalate_threshold=None, models_file=str(models_file), scenarios=None,
-            thresholds=None, report_dir=None,
+            judge=["trained"], escalate_to=None, escalate_threshold=None, models_file=str(models_file),
+            scenarios=str(settings.scenarios), thresholds=str(settings.thresholds), report_dir=str(settings.report_dir),
             cache_mode="off", cache_path=None, calibration=calibration, judge_repeats=1,
             bootstrap_resamples=1000, alluredir=None, items=None,
         )  # fmt: skip
@@ -136,7 +146,7 @@ def run_gate(model_file: Path, calibration: Path, root: Path) -> int:
     if model_file.resolve() == TRAINED_MODEL_FILE.resolve():
         from psychosis_tests.records.calibration_result import find_calibration
 
-        report_dir = resolve({}.get, dict(os.environ), root).report_dir
+        report_dir = settings.report_dir
         result = find_calibration(report_dir, judge_fingerprint([builtin_models()["trained"]]).hash, shipped=None)
         if result is not None:
             SHIPPED_CALIBRATION.write_text(result.model_dump_json(indent=2) + "\n", encoding="utf-8")

@@ -6,8 +6,10 @@ same scenario set, judge, rubric and repeats), then pools every case's per-turn 
 the transcripts in the runs' case files and scores them again exactly as a run in one job does:
 phase metrics, thresholds, the --baseline comparison, the benchmark statistics. Shard summaries
 are never averaged. It writes an ordinary run folder (results.json, summary.json/.csv/.md,
-cases/); the shards' Allure results are carried over by reports.allure_run. A set of runs that
-cannot be merged raises MergeError with a one-line reason.
+cases/), carrying over the shards' spending, calibration line and transport warnings; the
+shards' Allure results are carried over by reports.allure_run. Scenario packs are found in the
+project folder the caller names (MergeInputs.project), as the benchmark finds them, never in the
+working directory. A set of runs that cannot be merged raises MergeError with a one-line reason.
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ class MergeInputs:
     models_file: Path
     scenarios: Path
     thresholds: Path
+    project: Path
+    """The project folder, whose packs/ holds the packs the shards ran (inputs.packs)."""
     baseline: Path | None = None
     force_baseline: bool = False
 
@@ -159,7 +163,7 @@ def build_plan(runs: list[ShardRun], inputs: MergeInputs) -> Plan:
     """The plan the shards ran, from the inputs here, checked against what the shards recorded."""
     meta = runs[0].results.run
     targets = list(dict.fromkeys(t for r in runs for t in (r.results.run.targets or sorted({c.model for c in r.results.cases}))))
-    packs = {name: pack_folder(Path.cwd(), name, source="the shards' packs") for name in meta.packs}
+    packs = {name: pack_folder(inputs.project, name, source="the shards' packs") for name in meta.packs}
     scenarios = {s.id: s for s in load_scenario_sets(inputs.scenarios, packs)}
     here = scenario_set_hash([s for s in scenarios.values() if s.pack is None])
     if here != meta.scenario_set_hash or pack_hashes(scenarios.values()) != meta.packs:
@@ -247,7 +251,8 @@ def merge_runs(paths: list[Path], out: Path, inputs: MergeInputs) -> tuple[dict,
         "judge_calibration": runs[0].results.run.judge_calibration,
         "judge_calibration_passed": runs[0].results.run.judge_calibration_passed,
     }
-    summary = write_run_results(
-        merged, extra_metadata={"spent_usd": spent, "merged_from": [r.name for r in runs], **calibration}
-    )
+    # Every shard's warnings about how its calls were sent (a batch that may be paid twice), each once.
+    warnings = list(dict.fromkeys(w for r in runs for w in r.results.run.transport_warnings))
+    extra = {"spent_usd": spent, "merged_from": [r.name for r in runs], **calibration, "transport_warnings": warnings}
+    summary = write_run_results(merged, extra_metadata=extra)
     return summary, notes
