@@ -10,7 +10,8 @@ When a batch finished with nobody of this run waiting for a line, the line's ans
 for the run that asks. A run that meets a request already submitted polls its batch (or takes its
 kept answer) instead of submitting it again. A line handed to its caller is forgotten (the
 response cache holds it from then on), and so is a line that failed, so asking again submits it
-anew.
+anew. A submission whose batch the provider no longer knows (`gone`) is forgotten but for its
+answered lines, so its other requests are submitted anew.
 """
 
 from __future__ import annotations
@@ -103,6 +104,14 @@ class BatchStore:
         with self._lock:
             self._db.execute("DELETE FROM requests WHERE submission = ?", (submission,))
             self._db.execute("DELETE FROM submissions WHERE id = ?", (submission,))
+
+    def gone(self, submission: str) -> None:
+        """Forget the requests of a submission whose batch the provider no longer knows, but those
+        already answered (paid: kept for whoever asks), and the submission once none is left."""
+        with self._lock:
+            self._db.execute("DELETE FROM requests WHERE submission = ? AND answer IS NULL", (submission,))
+            self._db.execute("DELETE FROM submissions WHERE id = ?1"
+                             " AND NOT EXISTS (SELECT 1 FROM requests WHERE submission = ?1)", (submission,))  # fmt: skip
 
     def close(self) -> None:
         with self._lock:

@@ -13,6 +13,12 @@ TransportError, which the provider retries or turns into its case's error:
 - a line the batch was cancelled before running, a line refused (4xx), a batch that failed as a
   whole (its input refused) are final; the message names the batch id and the provider's reason.
 
+A batch the provider no longer knows (its poll, or the read of its output or error file, answered
+404 or 410, or the batch polled carries another submission's metadata: an id reused) is gone: it
+is forgotten, the run says so once in its log, and its requests not yet answered are submitted
+again, each at most once per call. Any other poll fault that is not transient errors the batch's
+calls and keeps the batch for the next run to poll.
+
 Every submitted request is kept in a `BatchStore` next to the response cache: a run that meets a
 request already submitted polls its batch (or takes its kept answer) instead of submitting it again.
 The submission is recorded before the batch is created, with an id the batch carries in its
@@ -22,6 +28,9 @@ without a batch id; the run that next meets one of its requests lists the provid
 requests anew: the batch was never created. A provider that cannot list batches (the listing
 refused) or drops the metadata cannot be asked: the run says so once in its log, and such
 requests are submitted anew (the one batch that may then be paid twice).
+
+What the log and the reports say about a provider's batches quotes the provider: it is made inert
+and key-shaped strings (and the model's key) in it are masked, as in a case's error.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from typing import Any
 
 import openai
 
+from psychosis_tests.common.errors import MissingKeyError, inert, redact
 from psychosis_tests.common.json_lines import json_lines
 from psychosis_tests.engine.batch_store import BatchStore, Submitted
 from psychosis_tests.engine.chat_completions import RETRYABLE_STATUS, ChatCompletions, transport_error
@@ -46,6 +56,8 @@ POLL_FIRST = 0.5
 to the model's batch_poll_max."""
 RETRYABLE_CODES = frozenset({"server_error", "rate_limit_exceeded", "batch_expired", "timeout"})
 FINISHED = frozenset({"completed", "failed", "expired", "cancelled"})
+GONE = frozenset({404, 410})
+"""Poll statuses saying the provider does not know the batch (any more): its requests are submitted again."""
 QUEUE_LIMIT = 1_000_000
 """The provider's cap on calls in flight to a batched model: every call may wait in a batch."""
 METADATA_KEY = "psychosis_bench_submission"
@@ -62,6 +74,8 @@ log = logging.getLogger(__name__)
 class _Waiting:
     request: Request
     answer: asyncio.Future[Reply] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    resubmitted: bool = False
+    """Submitted again after its batch was gone: a second gone batch errors it instead."""
 
 
 @dataclass
@@ -73,7 +87,7 @@ class BatchCounters:
     resumed: int = 0
     """Batches an earlier run submitted that this run polled (found by their metadata or not)."""
     done: int = 0
-    """Batches finished (whatever their status) whose lines were read."""
+    """Batches finished (whatever their status) whose lines were read, gone, or that could not be polled."""
 
     @property
     def pending(self) -> int:
@@ -89,8 +103,8 @@ class BatchTransport:
         self.counters = BatchCounters()
         self._queues: dict[str, list[_Waiting]] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
-        self._waiting: dict[str, dict[str, list[_Waiting]]] = {}
-        """batch id -> custom id -> the requests waiting for that line."""
+        self._waiting: dict[tuple[str, str], dict[str, list[_Waiting]]] = {}
+        """(batch id, submission id) -> custom id -> the requests waiting for that line."""
         self._batch_of: dict[str, asyncio.Future[str | None]] = {}
         """submission id -> its batch id (None: never created), as this run's create or lookup finds it."""
         self._warned: set[tuple[str, str]] = set()
@@ -114,7 +128,7 @@ class BatchTransport:
             batch_id = submitted.batch_id or await self._found(request.spec, submitted)
         waiting = _Waiting(request)
         if batch_id:
-            self._wait_on(batch_id, [waiting], resumed=True)
+            self._wait_on(batch_id, submitted.submission, [waiting], resumed=True)
         else:
             self._enqueue(waiting)
         return await waiting.answer
@@ -161,6 +175,7 @@ class BatchTransport:
     def _warn_once(self, spec: ModelSpec, what: str, message: str) -> None:
         if (spec.id, what) not in self._warned:
             self._warned.add((spec.id, what))
+            message = redact(inert(message), _keys(spec))  # it quotes the provider, which may echo the key
             self.warnings.append(f"'{spec.id}': {message}")
             log.warning("'%s': %s", spec.id, message)
 
@@ -223,42 +238,71 @@ class BatchTransport:
                             "requests of a run killed while creating a batch are submitted anew, "
                             "and that batch is paid twice")  # fmt: skip
         self.counters.submitted += 1
-        self._wait_on(batch.id, entries, resumed=False)
+        self._wait_on(batch.id, submission, entries, resumed=False)
 
-    def _wait_on(self, batch_id: str, entries: list[_Waiting], *, resumed: bool) -> None:
-        """Have these requests answered by this batch's lines, polling it unless already polled."""
-        polled = batch_id in self._waiting
-        waiting = self._waiting.setdefault(batch_id, {})
+    def _wait_on(self, batch_id: str, submission: str, entries: list[_Waiting], *, resumed: bool) -> None:
+        """Have these requests answered by this submission's batch's lines, polling it unless already polled."""
+        polled = (batch_id, submission) in self._waiting
+        waiting = self._waiting.setdefault((batch_id, submission), {})
         for entry in entries:
             waiting.setdefault(entry.request.key, []).append(entry)
         if not polled:
             self.counters.resumed += resumed
-            self._spawn(self._poll(entries[0].request.spec, batch_id))
+            self._spawn(self._poll(entries[0].request.spec, batch_id, submission))
 
-    async def _poll(self, spec: ModelSpec, batch_id: str) -> None:
+    async def _poll(self, spec: ModelSpec, batch_id: str, submission: str) -> None:
         client = self.http.client(spec)
         wait = min(POLL_FIRST, spec.batch_poll_max)
+        slot = (batch_id, submission)
         try:
             while True:
                 await asyncio.sleep(wait)
-                if all(w.answer.done() for ws in self._waiting[batch_id].values() for w in ws):
+                if all(w.answer.done() for ws in self._waiting[slot].values() for w in ws):
                     return  # nobody waits any more (deadlines): the batch stays kept for the next run
                 try:
                     batch = await client.batches.retrieve(batch_id)
+                    if (batch.metadata or {}).get(METADATA_KEY, submission) != submission:
+                        self._gone(spec, slot, "its id now names another submission's batch")
+                        return
                     if batch.status in FINISHED:
                         outputs = await self._lines(client, batch.output_file_id)
                         errors = await self._lines(client, batch.error_file_id)
                         break
                 except (openai.APIStatusError, openai.APIConnectionError) as exc:
                     fault = transport_error(exc, spec, self.address(spec))
+                    if isinstance(exc, openai.APIStatusError) and exc.status_code in GONE:
+                        self._gone(spec, slot, _said(fault))
+                        return
                     if not fault.retryable:
-                        unpolled = TransportError(f"batch {batch_id} could not be polled ({_said(fault)})", retryable=False)
-                        _fail([w for ws in self._waiting[batch_id].values() for w in ws], unpolled)
+                        self.counters.done += 1
+                        unpolled = TransportError(f"batch {batch_id} could not be polled ({_said(fault)}); it stays "
+                                                  "kept, and the next run polls it again", retryable=False)  # fmt: skip
+                        _fail([w for ws in self._waiting[slot].values() for w in ws], unpolled)
                         return
                 wait = min(wait * 1.5, spec.batch_poll_max)
-            self._answer(batch_id, batch, outputs, errors)
+            self._answer(slot, batch, outputs, errors)
         finally:
-            self._waiting.pop(batch_id, None)
+            self._waiting.pop(slot, None)
+
+    def _gone(self, spec: ModelSpec, slot: tuple[str, str], why: str) -> None:
+        """A batch the provider does not know: forget it and submit its waiting requests again (once each)."""
+        batch_id, submission = slot
+        self.store.gone(submission)
+        self.counters.done += 1
+        self._warn_once(spec, f"gone {batch_id}", f"batch {batch_id} is not known to {self.address(spec)} ({why}): "
+                        "it is forgotten, and its requests not yet answered are submitted again")  # fmt: skip
+        again = TransportError(f"batch {batch_id} is not known to the provider ({why}), "
+                               "and it held requests already submitted again after their first batch was gone",
+                               retryable=False)  # fmt: skip
+        for entries in self._waiting[slot].values():
+            for entry in entries:
+                if entry.answer.done():
+                    continue
+                if entry.resubmitted:
+                    _fail([entry], again)
+                else:
+                    entry.resubmitted = True
+                    self._enqueue(entry)
 
     @staticmethod
     async def _lines(client: openai.AsyncOpenAI, file_id: str | None) -> list[dict]:
@@ -267,10 +311,11 @@ class BatchTransport:
         content = await client.files.content(file_id)
         return [json.loads(line) for _, line in json_lines(content.text)]
 
-    def _answer(self, batch_id: str, batch: Any, outputs: list[dict], errors: list[dict]) -> None:
+    def _answer(self, slot: tuple[str, str], batch: Any, outputs: list[dict], errors: list[dict]) -> None:
         """Answer or fail every waiting request from the finished batch's lines."""
         self.counters.done += 1
-        waiting = self._waiting[batch_id]
+        batch_id = slot[0]
+        waiting = self._waiting[slot]
         for line in outputs + errors:
             key = str(line.get("custom_id"))
             response = line.get("response") or {}
@@ -322,6 +367,14 @@ def _fail(entries: list[_Waiting], fault: TransportError) -> None:
     for entry in entries:
         if not entry.answer.done():
             entry.answer.set_exception(TransportError(_said(fault), retryable=fault.retryable, wait=fault.wait))
+
+
+def _keys(spec: ModelSpec) -> list[str]:
+    """The model's API key, to mask wherever the provider's words are repeated."""
+    try:
+        return [spec.api_key()]
+    except MissingKeyError:
+        return []
 
 
 def _said(fault: TransportError) -> str:
