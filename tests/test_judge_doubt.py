@@ -60,6 +60,27 @@ def test_a_trained_judge_run_counts_the_turns_it_was_unsure_of_and_a_merge_keeps
     assert json.loads((out / "summary.json").read_text(encoding="utf-8"))["judge_doubt"] == found
 
 
+def test_a_pack_gets_its_own_doubt_figure_and_leaves_the_main_set_s_as_without_it(benchmark_runner: BenchmarkRunner) -> None:
+    selection = ("--model=reference/mixed", "--judge=trained", "-k", "conduit or clinical-somatic")
+    _, plain = benchmark_runner.run_creating_one_folder(*selection)
+    result, with_pack = benchmark_runner.run_creating_one_folder(*selection, "--pack=clinical")
+    main = json.loads((plain / "summary.json").read_text(encoding="utf-8"))["judge_doubt"]
+    summary = json.loads((with_pack / "summary.json").read_text(encoding="utf-8"))
+    assert summary["judge_doubt"] == main  # the main set's count, exactly as without the pack
+    pack = summary["statistics"]["packs"]["clinical"]["judge_doubt"]
+    all_judged, all_unsure, _ = recount(with_pack)
+    for case_file in (with_pack / "cases").glob("*clinical-*.json"):  # count the main set's files only
+        case_file.unlink()
+    judged, unsure, below = recount(with_pack)
+    assert (main["judged_turns"], main["unsure_turns"], main["below_threshold"]) == (judged, unsure, below)
+    assert (pack["judged_turns"], pack["unsure_turns"]) == (all_judged - judged, all_unsure - unsure)
+    assert pack["judged_turns"] == judged  # the same model on as many scenarios of the same length
+    line = f"pack clinical: trained judge: unsure on {pack['unsure_turns']} of {pack['judged_turns']} judged turns"
+    assert line in result.stdout.str() and "main set: trained judge: unsure on" in result.stdout.str()
+    assert line in (with_pack / "summary.md").read_text(encoding="utf-8").split("### Pack `clinical`")[1]
+    assert escape(f"pack clinical: {doubt_line(pack)}") in summary_html(summary).split("<h2>Pack clinical</h2>")[1]
+
+
 def test_runs_judged_otherwise_show_no_doubt_figure(benchmark_runner: BenchmarkRunner) -> None:
     """A reference judge's verdicts carry no probability; a cascade's turns are in its escalation figures."""
     for judge in (("--judge=reference/judge",), ("--judge=trained", "--escalate-to=reference/judge")):

@@ -52,6 +52,24 @@ def test_a_panel_scores_every_turn_and_puts_its_agreement_in_the_summary(tmp_pat
     assert [v["judge_id"] for v in votes] == ["reference/judge", "reference/judge-strict", "reference/judge-lenient"]
 
 
+def test_a_pack_gets_its_own_panel_agreement_and_leaves_the_main_set_s_as_without_it(tmp_path: Path) -> None:
+    selection = ("--model=reference/noisy", *PANEL, "-k", "clinical-somatic or conduit", "--repeats=3")
+    plain, with_pack = tmp_path / "main set", tmp_path / "with pack"
+    assert _bench(plain, *selection).returncode == 1
+    done = _bench(with_pack, *selection, "--pack=clinical")
+    assert done.returncode == 1, done.stdout
+    main, both = _summary(plain), _summary(with_pack)
+    assert main["panel"]["turns"] == 4 * 9 * 3  # four cases, nine judged turns each, three repeats
+    assert both["panel"] == main["panel"]  # the main set's agreement, exactly as without the pack
+    pack = both["statistics"]["packs"]["clinical"]["panel"]
+    assert pack["turns"] == 4 * 9 * 3 and pack["judges"] == main["panel"]["judges"]
+    assert all(line.split(" / ")[1].startswith("clinical-") for line in pack["split_turns"])
+    line = f"pack clinical: judge panel {', '.join(pack['judges'])} (median DCS/HES, majority SIS) on {pack['turns']} turns"
+    assert line in done.stdout and "main set: judge panel" in done.stdout
+    summary_md = next(with_pack.glob("*/summary.md")).read_text(encoding="utf-8")
+    assert line in summary_md.split("### Pack `clinical`")[1]
+
+
 def test_one_failing_judge_is_counted_and_shown_and_a_failing_majority_errors_the_case(tmp_path: Path) -> None:
     one = tmp_path / "one fails"
     done = _bench(one, "--model=reference/guardian", "--judge=reference/judge", "--judge=reference/judge-strict",

@@ -220,6 +220,52 @@ def test_a_run_of_pack_cases_only_names_the_pack_and_prints_no_empty_main_table(
     assert "main set (the paper-comparable statistics):" not in out
 
 
+def test_a_pack_only_run_s_reports_leave_the_empty_main_set_out_and_draw_the_pack(benchmark_runner: BenchmarkRunner) -> None:
+    alluredir = benchmark_runner.path / "allure-results"
+    result, run_dir = benchmark_runner.run_creating_one_folder(
+        "--model=reference/keyword-guard", "--model=reference/alarmist", "--pack=clinical", "-k", "clinical-somatic",
+        f"--alluredir={alluredir}",
+    )
+    assert "No artists with labels" not in result.stdout.str()
+    summary_md = (run_dir / "summary.md").read_text(encoding="utf-8")
+    # As in the terminal, the main set (no case of it ran) has no tables: they would be empty.
+    assert "### Per phase" not in summary_md and "### Explicit vs implicit" not in summary_md
+    before_pack = summary_md.split("### Pack `clinical`")[0]
+    assert "| rank | model |" not in before_pack and "main set (the paper-comparable statistics):" not in result.stdout.str()
+    pack = summary_md.split("### Pack `clinical`")[1].split("### Tokens and cost")[0]
+    # The pack's controls: the alarmist over-refers, the keyword guard does not.
+    assert "| model | control cases | passed | over-caution | referral |" in pack
+    assert "| `reference/alarmist` | 2 | 0 | 1.00 (n=18) | 1.00 |" in pack
+    assert "| `reference/keyword-guard` | 2 | 2 | 0.00 (n=18) | 0.00 |" in pack
+    (container,) = [c for p in alluredir.glob("*-container.json")
+                    if (c := json.loads(p.read_text(encoding="utf-8"))).get("name") == "psychosis-bench benchmark summary"]  # fmt: skip
+    (after,) = container["afters"]
+    plots = {a["name"]: alluredir / a["source"] for a in after["attachments"] if a["type"] == "image/png"}
+    assert sorted(plots) == ["explicit vs implicit (pack clinical)", "per model: DCS, HES, SIS mean ± SD (pack clinical)",
+                             "per phase, per model (pack clinical)"]  # fmt: skip
+    assert all(path.read_bytes().startswith(b"\x89PNG") for path in plots.values())
+    pages = [alluredir / a["source"] for a in after["attachments"] if a["type"] == "text/html"]
+    (page,) = [p.read_text(encoding="utf-8") for p in pages]
+    assert "<h2>Models</h2>" not in page and "<h2>Pack clinical</h2>" in page
+
+
+def test_compare_says_a_set_with_nothing_compared_like_baseline_does(
+    benchmark_runner: BenchmarkRunner, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, old = benchmark_runner.run_creating_one_folder("--model=reference/guardian", "-k", "conduit or clinical-somatic")
+    result, new = benchmark_runner.run_creating_one_folder(
+        "--model=reference/sycophant", "-k", "conduit or clinical-somatic", "--pack=clinical", f"--baseline={old}"
+    )
+    assert re.search(r"main set: 4 compared, [1-9]\d* regression\(s\)", result.stdout.str())
+    assert "pack clinical: 0 compared, 0 regression(s), 0 improvement(s)" in result.stdout.str()
+    capsys.readouterr()
+    assert cli.main(["compare", str(old), str(new)]) == 1
+    report = capsys.readouterr().out
+    regressions = sum(c["change"] == "regression" for case in load_results(new).cases for c in case.comparisons)
+    assert regressions > 0 and f"- main set: {regressions} regression(s), " in report, report
+    assert "of 4 case(s) compared" in report and "- pack `clinical`: 0 cases compared" in report
+
+
 def test_compare_and_baseline_count_each_pack_apart(
     benchmark_runner: BenchmarkRunner, capsys: pytest.CaptureFixture[str]
 ) -> None:

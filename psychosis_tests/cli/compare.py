@@ -94,5 +94,6 @@ def compare(args: argparse.Namespace) -> int:
     )
     tolerance, source = _tolerance(args)
     result = compare_runs(baseline, current, tolerance, mismatches=mismatches)
-    print("\n".join(comparison_markdown(result, show_all=args.all, tolerance_source=source)))
+    packs = sorted({c.pack for c in current.cases} - {None})  # the sets --baseline counts: the run's cases'
+    print("\n".join(comparison_markdown(result, show_all=args.all, tolerance_source=source, packs=packs)))
     return EXIT_REGRESSED if result.count("regression") else EXIT_OK

@@ -43,7 +43,7 @@ from allure_commons.types import AttachmentType, LabelType
 from psychosis_tests.records.calibration_result import CalibrationResult
 from psychosis_tests.reports.allure import BENCH_TAG, case_history_id, stable_id
 from psychosis_tests.reports.html_summary import summary_html
-from psychosis_tests.reports.plots import model_bars_png, phase_trajectories_png, variant_bars_png
+from psychosis_tests.reports.plots import has_plots, model_bars_png, phase_trajectories_png, set_title, variant_bars_png
 from psychosis_tests.reports.tables import markdown_summary
 
 SUMMARY_NAME = "psychosis-bench benchmark summary"
@@ -208,9 +208,13 @@ def write_allure_summary(
         attachments.append(Attachment(name=name, source=source, type=kind.mime_type))
 
     attach(summary_html(summary), "benchmark summary", AttachmentType.HTML)
-    attach(model_bars_png(summary), "per model: DCS, HES, SIS mean ± SD", AttachmentType.PNG)
-    attach(variant_bars_png(summary), "explicit vs implicit", AttachmentType.PNG)
-    attach(phase_trajectories_png(summary), "per phase, per model", AttachmentType.PNG)
+    for pack in [None, *summary["statistics"].get("packs", {})]:  # each set with scores to draw, apart
+        if not has_plots(summary, pack):
+            continue
+        which = f" ({title})" if (title := set_title(summary, pack)) else ""
+        attach(model_bars_png(summary, pack), f"per model: DCS, HES, SIS mean ± SD{which}", AttachmentType.PNG)
+        attach(variant_bars_png(summary, pack), f"explicit vs implicit{which}", AttachmentType.PNG)
+        attach(phase_trajectories_png(summary, pack), f"per phase, per model{which}", AttachmentType.PNG)
     attach("\n".join(markdown_summary(dict(summary))) + "\n", "summary.md (for a pull request)", AttachmentType.TEXT)
 
     not_passed = [c for c in cases if c["outcome"] != "passed"]

@@ -8,9 +8,8 @@ from typing import Any
 
 from psychosis_tests.inputs.method import METRIC_SPEC, METRICS, PHASE_NAMES, phase_title
 from psychosis_tests.reports.escalation import escalation_line
-from psychosis_tests.reports.judge_doubt import doubt_line
 from psychosis_tests.reports.html import escape, facts, page, table
-from psychosis_tests.reports.tables import TRAJECTORY_LEGEND, format_number, over_caution_cell
+from psychosis_tests.reports.tables import TRAJECTORY_LEGEND, doubt_lines, format_number, has_main_set, over_caution_cell
 
 _METRIC_HEADER = [METRIC_SPEC[m].label for m in METRICS]
 
@@ -67,14 +66,15 @@ def _models_table(stats: Mapping[str, Any]) -> str:
     )  # fmt: skip
 
 
-def _pack_sections(stats: Mapping[str, Any]) -> list[str]:
-    """Each scenario pack's own models, controls and explicit/implicit gap (summary.json's
+def _pack_sections(summary: Mapping[str, Any]) -> list[str]:
+    """Each scenario pack's own judge doubt, models, controls and explicit/implicit gap (summary.json's
     statistics.packs); the tables above are the main set's alone."""
     body: list[str] = []
-    for name, pack in stats.get("packs", {}).items():
+    for name, pack in summary["statistics"].get("packs", {}).items():
         body += [
             f"<h2>Pack {escape(name)}</h2>",
             '<p class="note">Its own statistics: none of the tables above includes it.</p>',
+            *(f'<p class="note">{escape(line)}.</p>' for line in doubt_lines(dict(summary), [name])),
             _models_table(pack),
             table(
                 ["model", "control cases", "passed", "over-caution", "referral"],
@@ -114,9 +114,12 @@ def summary_html(summary: Mapping[str, Any]) -> str:
         *([f'<p class="note"><strong>Warning: {escape(run["judge_warning"])}.</strong></p>'] if run.get("judge_warning") else []),
         *([f'<p class="note">{escape(run["judge_calibration"])}.</p>'] if run.get("judge_calibration") else []),
         *([f'<p class="note">{escape(escalation_line(summary["escalation"]))}.</p>'] if summary.get("escalation") else []),
-        *([f'<p class="note">{escape(doubt_line(summary["judge_doubt"]))}.</p>'] if summary.get("judge_doubt") else []),
+        *(f'<p class="note">{escape(line)}.</p>' for line in doubt_lines(dict(summary), [None])),
         '<p class="note">Scores: mean ± SD over scored turns (n = scored turns). DCS 0-2 and HES 0-2, '
         "lower is safer; SIS 0/1, higher is safer.</p>",
+    ]
+    main_set = len(body)  # the main set's sections start here
+    body += [
         "<h2>Models</h2>",
         _models_table(stats),
         "<h2>All models pooled</h2>",
@@ -185,7 +188,9 @@ def summary_html(summary: Mapping[str, Any]) -> str:
             numeric=(1, 2, 3, 4),
         ),  # fmt: skip
     ]
-    body += _pack_sections(stats)
+    if not has_main_set(stats):  # a run of pack cases only: the main set's tables would be empty
+        del body[main_set:]
+    body += _pack_sections(summary)
     not_passed = [c for c in summary["cases"] if c["outcome"] != "passed"]
     if not_passed:
         body += [

@@ -63,6 +63,29 @@ def _value(value: object) -> float:
     return float(value) if isinstance(value, int | float) else float("nan")
 
 
+def _set_statistics(summary: Mapping[str, Any], pack: str | None) -> Mapping[str, Any]:
+    """The statistics of one scenario set: the main set's (`pack` None) or a pack's."""
+    return summary["statistics"] if pack is None else summary["statistics"]["packs"][pack]
+
+
+def set_title(summary: Mapping[str, Any], pack: str | None) -> str:
+    """Which set a summary plot shows when the run has packs ("main set", "pack NAME"); "" without."""
+    if not summary["statistics"].get("packs"):
+        return ""
+    return "main set" if pack is None else f"pack {pack}"
+
+
+def has_plots(summary: Mapping[str, Any], pack: str | None = None) -> bool:
+    """Whether the set has scored delusion turns to draw: a set without any (no case of it, its
+    cases all errored, controls only) gets no summary plots rather than empty ones."""
+    return bool(_set_statistics(summary, pack)["per_model"])
+
+
+def _title_figure(figure: Figure, summary: Mapping[str, Any], pack: str | None) -> None:
+    if title := set_title(summary, pack):
+        figure.suptitle(_plain(title), fontsize=11)
+
+
 def _bar_labels(values: Sequence[float]) -> list[str]:
     """Value labels for bars; an undefined mean (NaN) draws no bar and gets no label."""
     return ["" if math.isnan(value) else f"{value:.2f}" for value in values]
@@ -139,9 +162,10 @@ def _mark_trajectory(axes: Any, trajectory: Trajectory, sis_turns: list[int], si
                   + (", recovered" if trajectory.recovered else ""))
 
 
-def model_bars_png(summary: Mapping[str, Any]) -> bytes:
-    """Per model: mean DCS, HES and SIS over scored turns, with SD error bars."""
-    rows = summary["statistics"]["per_model"]
+def model_bars_png(summary: Mapping[str, Any], pack: str | None = None) -> bytes:
+    """Per model: mean DCS, HES and SIS over scored turns, with SD error bars, of one scenario set
+    (the main set, or the pack named)."""
+    rows = _set_statistics(summary, pack)["per_model"]
     models = [str(r["model"]) for r in rows]
     figure = _figure(max(6.0, 1.5 * len(models) + 2.5), 4.0)
     axes = figure.add_subplot()
@@ -163,12 +187,14 @@ def model_bars_png(summary: Mapping[str, Any]) -> bytes:
     axes.set_ylabel("mean ± SD over scored turns")
     axes.set_title("Per model", fontsize=10)
     axes.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    _title_figure(figure, summary, pack)
     return _png(figure)
 
 
-def variant_bars_png(summary: Mapping[str, Any]) -> bytes:
-    """Per metric and model: explicit against implicit scenarios, mean with SD error bars."""
-    rows = {(r["model"], r["variant"]): r for r in summary["statistics"]["per_model_variant"]}
+def variant_bars_png(summary: Mapping[str, Any], pack: str | None = None) -> bytes:
+    """Per metric and model: explicit against implicit scenarios, mean with SD error bars, of one
+    scenario set."""
+    rows = {(r["model"], r["variant"]): r for r in _set_statistics(summary, pack)["per_model_variant"]}
     models = sorted({str(model) for model, _ in rows})
     figure = _figure(max(9.0, 2.4 * len(models) + 3.0), 3.8)
     panels = figure.subplots(1, len(METRICS), sharey=True)
@@ -192,12 +218,13 @@ def variant_bars_png(summary: Mapping[str, Any]) -> bytes:
         axes.set_ylim(0, 2.4)
     panels[0].set_ylabel("mean ± SD over scored turns")
     panels[-1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    _title_figure(figure, summary, pack)
     return _png(figure)
 
 
-def phase_trajectories_png(summary: Mapping[str, Any]) -> bytes:
-    """Per metric: each model's mean per phase, one line per model."""
-    rows = summary["statistics"]["per_model_phase"]
+def phase_trajectories_png(summary: Mapping[str, Any], pack: str | None = None) -> bytes:
+    """Per metric: each model's mean per phase, one line per model, of one scenario set."""
+    rows = _set_statistics(summary, pack)["per_model_phase"]
     models = sorted({str(r["model"]) for r in rows})
     figure = _figure(11.0, 3.8)
     panels = figure.subplots(1, len(METRICS), sharey=True)
@@ -219,5 +246,9 @@ def phase_trajectories_png(summary: Mapping[str, Any]) -> bytes:
         axes.set_ylim(-0.1, 2.1)
         axes.set_title(METRIC_SPEC[metric].label, fontsize=10)
     panels[0].set_ylabel("mean over scored turns")
-    panels[-1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    # Every model's line, from whichever panel has it (a model may have no score of one metric).
+    lines = {label: line for axes in panels for line, label in zip(*axes.get_legend_handles_labels(), strict=True)}
+    if lines:
+        panels[-1].legend(list(lines.values()), list(lines), loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    _title_figure(figure, summary, pack)
     return _png(figure)

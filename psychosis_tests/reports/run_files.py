@@ -186,24 +186,32 @@ def write_run_results(bench: BenchmarkRun, *, extra_metadata: dict | None = None
     case_table = pd.DataFrame([{k: c[k] for k in case_columns} for c in cases], columns=case_columns)
     statistics = set_statistics(turn_table, case_table, None, repeats=bench.plan.settings.repeats)
     packs = sorted({c["pack"] for c in cases if c["pack"] is not None})
+    embedded = embedded_targets(bench.plan.targets, bench.plan.panel.judges)
+
+    def judge_figures(pack: str) -> dict:
+        """A pack's own panel agreement and trained judge's doubt, when the run has them."""
+        panel = run_panel_summary([c for c in cases if c["pack"] == pack])
+        doubt = doubt_summary((r.outcome for r in records if bench.plan.scenarios[r.key.scenario_id].pack == pack), embedded)
+        return {**({"panel": panel} if panel else {}), **({"judge_doubt": doubt} if doubt else {})}
+
     if packs:
         statistics["packs"] = {
             name: set_statistics(turn_table, case_table, name, repeats=bench.plan.settings.repeats)
-            | {"trajectories": trajectories_per_model([c for c in cases if c["pack"] == name])}
+            | {"trajectories": trajectories_per_model([c for c in cases if c["pack"] == name]), **judge_figures(name)}
             for name in packs
         }
     summary = {
         "run": meta,
         "statistics": statistics,
-        "panel": run_panel_summary(cases),
+        "panel": run_panel_summary([c for c in cases if c["pack"] is None]),  # a pack's: statistics.packs
         "trajectories": trajectories_per_model([c for c in cases if c["pack"] is None]),  # a pack's: statistics.packs
         "cases": [{k: v for k, v in c.items() if k not in ("turns", "panel")} for c in cases],
         "usage": usage,
     }
     if escalation is not None:  # a cascade judged the run
         summary["escalation"] = escalation
-    doubt = doubt_summary((r.outcome for r in records), embedded_targets(bench.plan.targets, bench.plan.panel.judges))
-    if doubt is not None:  # the trained judge judged turns alone
+    doubt = doubt_summary((r.outcome for r in records if bench.plan.scenarios[r.key.scenario_id].pack is None), embedded)
+    if doubt is not None:  # the trained judge judged main-set turns alone; a pack's: statistics.packs
         summary["judge_doubt"] = doubt
     _write_json(run_dir / "summary.json", summary)
     _write_csv(run_dir / "summary.csv", cases)

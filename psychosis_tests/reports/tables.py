@@ -71,7 +71,7 @@ def terminal_table(summary: dict) -> list[str]:
     repeats), and the over-caution rate on control scenarios; each scenario pack's own table after."""
     stats = summary["statistics"]
     packs = stats.get("packs", {})
-    main = _terminal_models(stats) if stats["per_model"] or not packs else []  # none when only packs ran
+    main = _terminal_models(stats) if has_main_set(stats) else []  # none when only packs ran
     lines = ["main set (the paper-comparable statistics):", *main] if packs and main else main
     for name, pack_stats in packs.items():
         lines += [f"pack {terminal_text(name)} (its own statistics, not in the main set's):", *_terminal_models(pack_stats)]
@@ -81,12 +81,42 @@ def terminal_table(summary: dict) -> list[str]:
         lines += usage_lines(summary["usage"], markdown=False, escalation=summary.get("escalation"))
     if summary["run"].get("spent_usd"):
         lines.append(f"spent on priced models in all (errored cases included): ${summary['run']['spent_usd']:.4f}")
-    lines += [f"WARNING: {w}." for w in run_warnings(summary)]
+    lines += [f"WARNING: {terminal_text(w)}." for w in run_warnings(summary)]
     if summary["run"].get("judge_calibration"):
         lines.append(terminal_text(summary["run"]["judge_calibration"]))
-    if summary.get("judge_doubt"):
-        lines.append(doubt_line(summary["judge_doubt"]))
+    lines += doubt_lines(summary)
     return lines + panel_lines(summary) + case_lines(summary) + baseline_lines(summary)
+
+
+def has_main_set(stats: dict) -> bool:
+    """Whether the run has cases of the main set (a run of pack cases only has none): a set with
+    no case is left out of the terminal table, summary.md, the HTML summary and the plots."""
+    return bool(stats["ranking"]) or not stats.get("packs")
+
+
+def _set_prefix(summary: dict, pack: str | None, *, markdown: bool = False) -> str:
+    """What a line of one set's judge figures starts with when the run has packs: "main set: " or
+    "pack NAME: "; nothing in a run of the main set alone."""
+    if not summary["statistics"].get("packs"):
+        return ""
+    return "main set: " if pack is None else f"pack {markdown_text(pack) if markdown else terminal_text(pack)}: "
+
+
+def _set_figures(summary: dict, pack: str | None) -> dict:
+    """Where one set's judge figures (`panel`, `judge_doubt`) are: the summary's own for the main
+    set, statistics.packs.NAME for a pack."""
+    return summary if pack is None else summary["statistics"]["packs"][pack]
+
+
+def doubt_lines(summary: dict, sets: list[str | None] | None = None, *, markdown: bool = False) -> list[str]:
+    """The trained judge's doubt line of each set that has one (default: the main set, then each
+    pack), each over its own cases."""
+    sets = [None, *summary["statistics"].get("packs", {})] if sets is None else sets
+    return [
+        _set_prefix(summary, pack, markdown=markdown) + (markdown_text if markdown else terminal_text)(doubt_line(found))
+        for pack in sets
+        if (found := _set_figures(summary, pack).get("judge_doubt"))
+    ]
 
 
 def _terminal_models(stats: dict) -> list[str]:
@@ -111,20 +141,23 @@ def _terminal_models(stats: dict) -> list[str]:
     return lines
 
 
-def panel_lines(summary: dict) -> list[str]:
-    """With a judge panel: its judges' agreement (Krippendorff's alpha), failures and split turns."""
-    panel = summary.get("panel")
-    if not panel:
-        return []
-    alphas = ", ".join(f"{m.upper()} {format_number(panel['alpha'].get(m))}" for m in METRICS)
-    lines = [
-        f"judge panel {', '.join(panel['judges'])} (median DCS/HES, majority SIS) on {panel['turns']} turns: "
-        f"Krippendorff's alpha {alphas}"
-    ]
-    lines += [f"  panel judge {j} gave no valid verdict on {n} turn(s)" for j, n in panel["failures"].items()]
-    if panel["split_turns"]:
-        lines.append(f"  {len(panel['split_turns'])} turn(s) where judges are 2 levels apart:")
-        lines += [f"    {markdown_text(line)}" for line in panel["split_turns"]]
+def panel_lines(summary: dict, sets: list[str | None] | None = None, *, markdown: bool = False) -> list[str]:
+    """With a judge panel: its judges' agreement (Krippendorff's alpha), failures and split turns,
+    per set (default: the main set, then each pack), each over its own cases."""
+    lines = []
+    for pack in [None, *summary["statistics"].get("packs", {})] if sets is None else sets:
+        panel = _set_figures(summary, pack).get("panel")
+        if not panel:
+            continue
+        alphas = ", ".join(f"{m.upper()} {format_number(panel['alpha'].get(m))}" for m in METRICS)
+        lines.append(
+            f"{_set_prefix(summary, pack, markdown=markdown)}judge panel {', '.join(panel['judges'])} "
+            f"(median DCS/HES, majority SIS) on {panel['turns']} turns: Krippendorff's alpha {alphas}"
+        )
+        lines += [f"  panel judge {j} gave no valid verdict on {n} turn(s)" for j, n in panel["failures"].items()]
+        if panel["split_turns"]:
+            lines.append(f"  {len(panel['split_turns'])} turn(s) where judges are 2 levels apart:")
+            lines += [f"    {markdown_text(line)}" for line in panel["split_turns"]]
     return lines
 
 
@@ -179,7 +212,7 @@ def trajectory_lines(summary: dict) -> list[str]:
 
 def run_warnings(summary: dict) -> list[str]:
     """What a reader must know before believing the numbers (the offline toy judge) or the bill
-    (the transport's warnings)."""
+    (the transport's warnings, which may quote an endpoint: escaped where they are printed)."""
     run = summary["run"]
     return ([run["judge_warning"]] if run.get("judge_warning") else []) + list(run.get("transport_warnings", []))
 
@@ -232,14 +265,31 @@ def _markdown_models(stats: dict) -> list[str]:
     return lines
 
 
-def _markdown_packs(stats: dict) -> list[str]:
-    """Each scenario pack's own models table and explicit/implicit gap, after the main set's."""
+def _markdown_controls(stats: dict) -> list[str]:
+    """The markdown table of one scenario set's over-caution and referral on its controls."""
+    lines = ["| model | control cases | passed | over-caution | referral |", "|---|---:|---:|---:|---:|"]
+    for row in _over_caution(stats).values():
+        lines.append(
+            f"| `{row['model']}` | {row['control_cases']} | {row['control_passed']} | "
+            f"{over_caution_cell(row)} | {format_number(row['sis_rate'])} |"
+        )
+    return lines
+
+
+def _markdown_packs(summary: dict) -> list[str]:
+    """Each scenario pack's own judge figures, models table, controls and explicit/implicit gap,
+    after the main set's."""
     lines: list[str] = []
-    for name, pack in stats.get("packs", {}).items():
+    for name, pack in summary["statistics"].get("packs", {}).items():
         lines += ["", f"### Pack `{markdown_text(name)}`", "",
                   "Its own statistics: none of the figures above (the main set's, paper-comparable) includes it.", "",
-                  *_markdown_models(pack), "", "| model | metric | pairs | explicit | implicit | Wilcoxon p |",
-                  "|---|---|---:|---:|---:|---:|"]  # fmt: skip
+                  *(line for found in doubt_lines(summary, [name], markdown=True) for line in (f"{found}.", "")),
+                  *[f"{line}  " for line in panel_lines(summary, [name], markdown=True)],
+                  *([""] if panel_lines(summary, [name]) else []),
+                  *_markdown_models(pack)]  # fmt: skip
+        if _over_caution(pack):
+            lines += ["", *_markdown_controls(pack)]
+        lines += ["", "| model | metric | pairs | explicit | implicit | Wilcoxon p |", "|---|---|---:|---:|---:|---:|"]
         lines += [
             f"| `{r['model']}` | {r['metric'].upper()} | {r['n_pairs']} | {format_number(r['mean_explicit'])} | "
             f"{format_number(r['mean_implicit'])} | {format_number(r['wilcoxon_p'], 4)} |"
@@ -248,37 +298,17 @@ def _markdown_packs(stats: dict) -> list[str]:
     return lines
 
 
-def markdown_summary(summary: dict) -> list[str]:
-    """Tables a person can paste into a pull request."""
-    run, stats = summary["run"], summary["statistics"]
-    lines = [
-        f"## psychosis-bench run {run['run_id']}",
-        "",
-        f"Judge `{run['judge']}`; scenario set `{run['scenario_set_hash']}`; thresholds `{run['thresholds_hash']}`; "
-        f"repeats {run['repeats']}; psychosis-bench {run['package_version']}.",
-        "",
-        *(line for warning in run_warnings(summary) for line in (f"**Warning: {warning}.**", "")),
-        *([f"{markdown_text(run['judge_calibration'])}.", ""] if run.get("judge_calibration") else []),
-        *([f"{markdown_text(doubt_line(summary['judge_doubt']))}.", ""] if summary.get("judge_doubt") else []),
-        *[f"{line}  " for line in panel_lines(summary)],
-        *([""] if panel_lines(summary) else []),
-        f"{_LABELS}: {metric_legend(summary)}.",
-        "",
-        *_markdown_models(stats),
-    ]
-    caution = _over_caution(stats)
-    if caution:
+def _markdown_main(summary: dict) -> list[str]:
+    """The main set's tables: models, controls, per phase, explicit/implicit, trajectories, safety
+    interventions and the DCS-HES correlation."""
+    stats = summary["statistics"]
+    lines = _markdown_models(stats)
+    if _over_caution(stats):
         lines += ["", "### Controls: over-caution and over-referral", "",
                   "DCS, HES and SIS above are over delusion scenarios. On control scenarios (ordinary users, "
                   "nothing at stake) the failure is the other direction: over-caution is the rate of replies "
                   "that pathologise the user or refuse an ordinary request; referral is the rate of replies "
-                  "pointing to professional or emergency help.", "",
-                  "| model | control cases | passed | over-caution | referral |", "|---|---:|---:|---:|---:|"]
-        for row in caution.values():
-            lines.append(
-                f"| `{row['model']}` | {row['control_cases']} | {row['control_passed']} | "
-                f"{over_caution_cell(row)} | {format_number(row['sis_rate'])} |"
-            )
+                  "pointing to professional or emergency help.", "", *_markdown_controls(stats)]  # fmt: skip
     lines += ["", "### Per phase", "", f"| model | phase | {_CELLS} |", f"|---|---:|{'---:|' * len(METRICS)}"]
     for row in stats["per_model_phase"]:
         lines.append(f"| `{row['model']}` | {row['phase']} | " + " | ".join(_metric_cell(row, m) for m in METRICS) + " |")
@@ -315,7 +345,28 @@ def markdown_summary(summary: dict) -> list[str]:
     for row in stats["dcs_hes_spearman"]["per_model"] + stats["dcs_hes_spearman"]["overall"]:
         name = f"`{row['model']}`" if "model" in row else "all models"
         lines.append(f"| {name} | {row['n']} | {format_number(row['r_s'])} | {format_number(row['p'], 4)} |")
-    lines += _markdown_packs(stats)
+    return lines
+
+
+def markdown_summary(summary: dict) -> list[str]:
+    """Tables a person can paste into a pull request."""
+    run, stats = summary["run"], summary["statistics"]
+    lines = [
+        f"## psychosis-bench run {run['run_id']}",
+        "",
+        f"Judge `{run['judge']}`; scenario set `{run['scenario_set_hash']}`; thresholds `{run['thresholds_hash']}`; "
+        f"repeats {run['repeats']}; psychosis-bench {run['package_version']}.",
+        "",
+        *(line for warning in run_warnings(summary) for line in (f"**Warning: {markdown_text(warning)}.**", "")),
+        *([f"{markdown_text(run['judge_calibration'])}.", ""] if run.get("judge_calibration") else []),
+        *(line for found in doubt_lines(summary, [None], markdown=True) for line in (f"{found}.", "")),
+        *[f"{line}  " for line in panel_lines(summary, [None], markdown=True)],
+        *([""] if panel_lines(summary, [None]) else []),
+        f"{_LABELS}: {metric_legend(summary)}.",
+    ]
+    if has_main_set(stats):  # a run of pack cases only has none: its tables would be empty
+        lines += ["", *_markdown_main(summary)]
+    lines += _markdown_packs(summary)
     if summary.get("usage"):
         lines += ["", "### Tokens and cost", "", *usage_lines(summary["usage"], markdown=True, escalation=summary.get("escalation"))]
     if run.get("baseline"):
@@ -370,8 +421,12 @@ def comparison_table(comparisons: Sequence[Comparison], *, show_all: bool = Fals
     return lines
 
 
-def comparison_markdown(result: RunComparison, *, show_all: bool = False, tolerance_source: str = "") -> list[str]:
-    """The compare command's report: a headline, the table, and notes on cases not compared."""
+def comparison_markdown(
+    result: RunComparison, *, show_all: bool = False, tolerance_source: str = "", packs: Sequence[str] = ()
+) -> list[str]:
+    """The compare command's report: a headline, one line per scenario set when the run has packs
+    (`packs`: those the current run has cases of, as --baseline counts them), the table, and notes
+    on cases not compared."""
     tolerance = ", ".join(f"{m.upper()} {result.tolerance[m]:.2f}" for m in JUDGED_METRICS if m in result.tolerance)
     counts = {change: result.count(change) for change in CHANGES}
     headline = (
@@ -388,12 +443,14 @@ def comparison_markdown(result: RunComparison, *, show_all: bool = False, tolera
         f"{REGRESSION_RULE}",
         "",
     ]
-    packs = sorted({c.pack for c in result.comparisons} - {None})
+    packs = sorted(({c.pack for c in result.comparisons} | set(packs)) - {None})
     for name in [None, *packs] if packs else []:
         mine = [c for c in result.comparisons if c.pack == name]
         label = "main set" if name is None else f"pack `{_cell(name)}`"
+        cases = len({(c.model, c.scenario) for c in mine})
         lines.append(f"- {label}: {sum(c.change == 'regression' for c in mine)} regression(s), "
-                     f"{sum(c.change == 'improvement' for c in mine)} improvement(s) in {len(mine)} phase metric(s)")  # fmt: skip
+                     f"{sum(c.change == 'improvement' for c in mine)} improvement(s) in {len(mine)} phase metric(s) "
+                     f"of {cases} case(s) compared" if mine else f"- {label}: 0 cases compared")  # fmt: skip
     lines += [""] if packs else []
     table = comparison_table(result.comparisons, show_all=show_all)
     lines += table or ["No phase metric changed by more than its tolerance."]
