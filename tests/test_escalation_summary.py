@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -51,14 +52,17 @@ def test_a_run_without_a_cascade_has_no_escalation_figures(benchmark_runner: Ben
     assert not any("escalated" in out for out in result.outlines)
 
 
+def _priced_judges(benchmark_runner: BenchmarkRunner, loopback: ReferenceServer, second: dict) -> Path:
+    """A models file with `priced-judge` and `second`, both on the loopback server at $2.50/$10 per million tokens."""
+    price = {"input_per_mtok": 2.5, "output_per_mtok": 10}
+    judges = [{"id": "priced-judge", "model": "judge"}, second]
+    return benchmark_runner.write_models_file([{**j, "base_url": loopback.url, "price": price} for j in judges])
+
+
 def test_a_cascade_that_escalated_nothing_counts_the_calls_saved_and_says_the_rest_is_unknown(
     benchmark_runner: BenchmarkRunner, loopback: ReferenceServer
 ) -> None:
-    price = {"input_per_mtok": 2.5, "output_per_mtok": 10}
-    models = benchmark_runner.write_models_file([
-        {"id": "priced-judge", "model": "judge", "base_url": loopback.url, "price": price},
-        {"id": "per-metric-judge", "model": "judge", "base_url": loopback.url, "price": price, "judge_mode": "per-metric"},
-    ])  # fmt: skip
+    models = _priced_judges(benchmark_runner, loopback, {"id": "per-metric-judge", "model": "judge", "judge_mode": "per-metric"})
     result, run_dir = benchmark_runner.run_creating_one_folder(
         # the guardian's turns are clear at 0.1: none is doubtful enough to escalate
         f"--models-file={models}", "--model=reference/guardian", "--judge=trained", "--escalate-to=priced-judge",
@@ -86,11 +90,7 @@ def test_a_cascade_that_escalated_nothing_counts_the_calls_saved_and_says_the_re
 def test_a_cascade_escalating_to_a_priced_panel_prices_its_calls_and_savings(
     benchmark_runner: BenchmarkRunner, loopback: ReferenceServer
 ) -> None:
-    price = {"input_per_mtok": 2.5, "output_per_mtok": 10}
-    models = benchmark_runner.write_models_file([
-        {"id": "priced-judge", "model": "judge", "base_url": loopback.url, "price": price},
-        {"id": "priced-judge2", "model": "judge-strict", "base_url": loopback.url, "price": price},
-    ])  # fmt: skip
+    models = _priced_judges(benchmark_runner, loopback, {"id": "priced-judge2", "model": "judge-strict"})
     result, run_dir = benchmark_runner.run_creating_one_folder(
         f"--models-file={models}", "--model=reference/mixed", "--judge=trained", "--escalate-to=priced-judge",
         "--escalate-to=priced-judge2", "--escalate-threshold=0.9", "-k", "conduit",
