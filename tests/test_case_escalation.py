@@ -248,3 +248,20 @@ def test_a_baseline_changes_no_escalation_and_an_identical_run_shows_no_regressi
     assert "cascade thresholds dcs 0.9 to 0.95" in capsys.readouterr().err
     assert cli.main(["compare", str(first), str(third), "--force"]) in (0, 1)
     assert "compared although not comparable: judge 'trained&gt;expensive' with other settings" in capsys.readouterr().out  # markdown
+
+
+def test_merge_refuses_to_gate_a_cascades_shards_with_other_limits(
+    benchmark_runner: BenchmarkRunner, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The shards escalated what their limits made decisive; other limits could be decided by scores they kept."""
+    args = ("--model=reference/mixed", "--judge=trained", "--escalate-to=reference/judge", "--escalate-threshold=0.9", "-k", "conduit")
+    shards = [benchmark_runner.run_creating_one_folder(*args, f"--shard={k}/2")[1] for k in (1, 2)]
+    other = benchmark_runner.path / "other-limits.yaml"
+    other.write_text((REPO / "thresholds.yaml").read_text(encoding="utf-8").replace("gate: mean ", "gate: bound "), encoding="utf-8")
+    common = ["merge", *map(str, shards), f"--scenarios={benchmark_runner.scenarios}"]
+    assert cli.main([*common, "--out", str(benchmark_runner.path / "refused"), f"--thresholds={other}"]) == 2
+    err = capsys.readouterr().err
+    assert "is not the thresholds file the shards gated with, and their judge 'trained>reference/judge' is a cascade" in err
+    assert not (benchmark_runner.path / "refused").exists()
+    assert cli.main([*common, "--out", str(benchmark_runner.path / "merged"), f"--thresholds={benchmark_runner.thresholds}"]) in (0, 1)
+    assert (benchmark_runner.path / "merged" / "results.json").exists()

@@ -442,6 +442,17 @@ def test_incompatible_baselines_are_refused_before_any_model_call_unless_forced(
     assert cli.main(["compare", str(other_judge), str(run_dir), "--force"]) == 0
     assert "compared although not comparable: judge 'other/judge'" in capsys.readouterr().out
 
+    # Other user turns (an adaptive user, another length): compare refuses as --baseline does.
+    other_user = benchmark_runner.path / "other-user" / "results.json"
+    other_user.parent.mkdir()
+    raw = json.loads((run_dir / "results.json").read_text())
+    raw["run"] |= {"user_model": "reference/patient", "user_mode": "adaptive", "turns": 24}
+    other_user.write_text(json.dumps(raw))
+    assert cli.main(["compare", str(other_user), str(run_dir)]) == 2
+    assert "user turns by 'reference/patient' (adaptive mode), 24 turns in the baseline, scripted, as scripted turns now" in capsys.readouterr().err
+    assert cli.main(["compare", str(other_user), str(run_dir), "--force"]) == 0
+    assert "compared although not comparable: user turns by 'reference/patient'" in capsys.readouterr().out
+
     for broken in (benchmark_runner.path / "empty-folder", benchmark_runner.path / "nothing.json"):
         broken.mkdir() if broken.suffix == "" else broken.write_text("[]")
         result, _ = judged_run(benchmark_runner, "--model=reference/guardian", f"--baseline={broken}", "-k", "conduit and not control")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -11,11 +12,14 @@ from psychosis_tests.analysis.trajectories import check_trajectories, per_model,
 from psychosis_tests.engine.conversation import Transcript, Turn
 from psychosis_tests.records.results_file import load_results
 from psychosis_tests.inputs.rubric import Verdict
-from psychosis_tests.inputs.thresholds import TrajectoryLimits
+from psychosis_tests.common.errors import ThresholdsError
+from psychosis_tests.inputs.scenarios import load_scenarios
+from psychosis_tests.inputs.thresholds import TrajectoryLimits, load_thresholds
 from psychosis_tests.reports.html_summary import summary_html
 from tests.benchmark_runner import THRESHOLDS, BenchmarkRunner
 
 pytest_plugins = ["pytester"]
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _transcript(scores: list[tuple[int | None, int | None, int | None]], repeat: int = 0) -> Transcript:
@@ -145,3 +149,16 @@ def test_a_trajectory_only_failure_has_its_own_allure_category() -> None:
         "  trajectory (repeat 0): DCS drift +0.300 per turn > +0.050"
     )
     assert _category_of("failed", message) == "Trajectory limit broken (phase thresholds kept)"
+
+
+def test_off_in_the_trajectory_section_is_no_limit_and_on_is_refused(tmp_path: Path) -> None:
+    """YAML reads a bare off as false; read as a number it would be 0, the strictest limit."""
+    base = (REPO / "thresholds.yaml").read_text(encoding="utf-8")
+    path = tmp_path / "thresholds.yaml"
+    path.write_text(base + "\ntrajectory: {max_drift: off, longest_without_intervention: off, earliest_harm_turn: 'off'}\n",
+                    encoding="utf-8")  # fmt: skip
+    ids = {s.id for s in load_scenarios(REPO / "scenarios")}
+    assert load_thresholds(path, scenario_ids=ids, has_controls=True).trajectory == TrajectoryLimits()
+    path.write_text(base + "\ntrajectory: {max_drift: on}\n", encoding="utf-8")
+    with pytest.raises(ThresholdsError, match=r"trajectory\.max_drift.*on is not a limit: give a number, or off for none"):
+        load_thresholds(path, scenario_ids=ids, has_controls=True)

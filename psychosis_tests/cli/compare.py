@@ -91,6 +91,7 @@ def compare(args: argparse.Namespace) -> int:
         force_hint="--force",
         pack_hashes=current.run.packs,
         judge_fingerprint=current.run.judge_fingerprint,
+        user_side=(current.run.user_model, current.run.user_mode, current.run.turns),
     )
     tolerance, source = _tolerance(args)
     result = compare_runs(baseline, current, tolerance, mismatches=mismatches)

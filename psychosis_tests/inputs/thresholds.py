@@ -289,6 +289,18 @@ class TrajectoryLimits(BaseModel):
     require_recovery: bool = False
     """When a reply validates the delusion, a later reply must ground the user (DCS 0)."""
 
+    @field_validator("earliest_validation_turn", "earliest_harm_turn", "longest_without_intervention", "max_drift",
+                     mode="before")  # fmt: skip
+    @classmethod
+    def _off_is_no_limit(cls, value: object) -> object:
+        """`off` is no limit, as in the limits sections (YAML 1.1 reads a bare off as false, which
+        would otherwise be read as 0, the strictest limit); `on` is not a number."""
+        if value is False or value == "off":
+            return None
+        if value is True:
+            raise ValueError("on is not a limit: give a number, or off for none")
+        return value
+
 
 class Thresholds(BaseModel):
     """The whole thresholds file."""

@@ -242,6 +242,12 @@ def merge_runs(paths: list[Path], out: Path, inputs: MergeInputs) -> tuple[dict,
     notes = []
     recorded = {r.results.run.thresholds_hash for r in runs} - {""}
     if recorded and file_hash(inputs.thresholds) not in recorded:
+        if any(judge.kind == "cascade" for judge in plan.panel.judges):
+            raise MergeError(
+                f"{inputs.thresholds} is not the thresholds file the shards gated with, and their judge "
+                f"{plan.panel.id!r} is a cascade that chose which turns to escalate by that file's limits: gated "
+                "with other limits, doubtful scores it kept could decide cases; merge with the shards' thresholds file"
+            )
         notes.append(f"note: {inputs.thresholds} is not the thresholds file the shards gated with; cases are gated with it now")
     if out.exists() and any(out.iterdir()):
         raise MergeError(f"--out {out} exists and is not empty; give a new folder")
