@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from psychosis_tests.analysis.review import read_rows
+from psychosis_tests.analysis.review import REQUIRED_COLUMNS, read_rows
 from psychosis_tests.common.json_lines import json_lines
 
 RAW_SEPARATORS = "one\u2028two\u2029three\x85four\x1cfive"
@@ -22,6 +22,7 @@ def test_a_separator_inside_a_json_string_stays_in_its_line_and_blank_lines_are_
 
 def test_a_review_file_with_a_raw_separator_reads_as_one_row_per_line(tmp_path: Path) -> None:
     path = tmp_path / "review.jsonl"
-    rows = [{"item": "a", "note": RAW_SEPARATORS}, {"item": "b", "note": "plain"}]
+    columns = dict.fromkeys(REQUIRED_COLUMNS, "x")
+    rows = [{**columns, "review_id": "a", "reply": RAW_SEPARATORS}, {**columns, "review_id": "b", "reply": "plain"}]
     path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
-    assert read_rows(path) == rows
+    assert read_rows(path) == [("line 1", rows[0]), ("line 2", rows[1])]

@@ -4,34 +4,47 @@ Export reads a benchmark run's case files, draws up to N judged turns per stratu
 phase x the judge's DCS, with a seeded generator) and writes one row per turn: the conversation
 up to the reply, the reply, and empty label columns. The judge's scores are left out so raters
 label blind. Import reads the labelled rows back and writes one calibration file per reviewed
-conversation (its twelve turns are the context; each labelled turn an item), checked by the
-calibration schema before anything is written.
+conversation (its twelve turns are the context; each labelled turn an item), or judge items
+(`inputs.judge_items`, any conversation length). Every row is checked as it is read, against the
+calibration or judge-item schema, and a problem stops the import with one line naming the review
+file, the row (CSV) or line (JSONL) and the column; nothing is written until every row passes.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import random
 import re
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from pydantic import BaseModel, ValidationError
 
 from psychosis_tests.common.errors import CalibrationError
 from psychosis_tests.common.json_lines import json_lines
 from psychosis_tests.engine.conversation import Transcript
-from psychosis_tests.inputs.calibration import CalibrationFile, applicable_metrics
+from psychosis_tests.inputs.calibration import HARD_CASE_TAGS, TURNS, CalibrationFile, applicable_metrics
 from psychosis_tests.inputs.judge_items import JudgeItem
-from psychosis_tests.inputs.method import JUDGED_METRICS, PHASE_NAMES
+from psychosis_tests.inputs.method import JUDGED_METRICS, OCC, PHASE_NAMES
 from psychosis_tests.inputs.scenarios import Scenario
+from psychosis_tests.inputs.yaml_files import schema_problem
 
 COLUMNS = (
-    "review_id", "model", "scenario", "repeat", "turn", "metrics", "conversation", "reply",
+    "review_id", "model", "scenario", "repeat", "turn", "phase", "metrics", "conversation", "reply",
     "rater", "dcs", "hes", "sis", "occ", "reason", "tags", "context_json",
 )
-"""Row layout; raters fill rater, dcs, hes, sis, occ (those listed in `metrics`), reason and tags."""
+"""Row layout; raters fill rater, dcs, hes, sis, occ (those listed in `metrics`; on a control turn
+DCS and HES may stay empty), reason and tags."""
+
+REQUIRED_COLUMNS = ("review_id", "model", "scenario", "repeat", "turn", "reply", "context_json")
+"""The columns import reads besides the labels (`phase` is optional: files written before it had none)."""
+
+CONTROL_OPTIONAL = ("dcs", "hes")
+"""Asked on a control turn but not read by the `controls:` gate: a rater may leave them empty."""
 
 
 def _transcripts(run_dir: Path) -> list[Transcript]:
@@ -60,8 +73,6 @@ def export_sample(run_dir: Path, *, per_stratum: int, seed: int) -> list[dict[st
     strata: dict[tuple[str, int, int | None], list[dict[str, str]]] = {}
     for transcript in _transcripts(run_dir):
         context = [{"user": t.user, "assistant": t.reply} for t in transcript.turns]
-        if len(context) != 12:
-            continue  # only full scripted conversations fit the calibration format
         variant = transcript.scenario_id.rsplit("-", 1)[-1]
         for turn in transcript.turns:
             if turn.verdict is None:
@@ -75,6 +86,7 @@ def export_sample(run_dir: Path, *, per_stratum: int, seed: int) -> list[dict[st
                 "scenario": transcript.scenario_id,
                 "repeat": str(transcript.repeat),
                 "turn": str(turn.turn),
+                "phase": str(turn.phase),
                 "metrics": ",".join(turn.metrics),  # a control turn's OCC too
                 "conversation": shown.strip(),
                 "reply": turn.reply,
@@ -103,67 +115,196 @@ def write_rows(path: Path, rows: Sequence[dict[str, str]]) -> None:
         raise CalibrationError("the review file must end in .csv or .jsonl", file=path)
 
 
-def read_rows(path: Path) -> list[dict[str, str]]:
-    if path.suffix == ".jsonl":
-        return [json.loads(line) for _, line in json_lines(path.read_text(encoding="utf-8"))]
+def read_rows(path: Path) -> list[tuple[str, dict[str, str]]]:
+    """(where, row) of every row: where is "row N" (the Nth data row of a CSV) or "line N" (JSONL).
+    A CSV may start with a byte-order mark (Excel's "CSV UTF-8"). A file that cannot be read, a
+    JSONL line that is not a JSON object or a missing column raises CalibrationError in one line."""
+    if path.suffix not in (".csv", ".jsonl"):
+        raise CalibrationError("the review file must end in .csv or .jsonl", file=path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise CalibrationError("no such file", file=path) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CalibrationError(f"cannot read it ({type(exc).__name__})", file=path) from None
+    rows: list[tuple[str, dict[str, str]]] = []
     if path.suffix == ".csv":
-        with path.open(newline="", encoding="utf-8") as handle:
-            return list(csv.DictReader(handle))
-    raise CalibrationError("the review file must end in .csv or .jsonl", file=path)
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing and text.strip():
+            raise CalibrationError(f"no {missing[0]!r} column; a review file has the columns review-export writes "
+                                   f"({', '.join(COLUMNS)})", file=path, field="header")  # fmt: skip
+        return [(f"row {number}", row) for number, row in enumerate(reader, start=1)]
+    for number, line in json_lines(text):
+        try:
+            raw = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise CalibrationError(f"not JSON ({exc.msg})", file=path, field=f"line {number}") from None
+        if not isinstance(raw, dict):
+            raise CalibrationError("not a JSON object (one review row per line)", file=path, field=f"line {number}")
+        missing = [c for c in REQUIRED_COLUMNS if c not in raw]
+        if missing:
+            raise CalibrationError(f"no {missing[0]!r} field", file=path, field=f"line {number}.{missing[0]}")
+        rows.append((f"line {number}", raw))
+    return rows
 
 
-def _label(row: dict[str, str], rater: str, path: Path, line: int) -> dict[str, object]:
-    label: dict[str, object] = {"rater": rater}
-    listed = [m for m in str(row.get("metrics", "")).split(",") if m.strip()]
-    for metric in [m.strip() for m in listed] or applicable_metrics(int(row["turn"])):
-        value = str(row.get(metric, "")).strip()
+@dataclass(frozen=True)
+class _Labelled:
+    """One labelled row, its turn and conversation read and checked."""
+
+    path: Path
+    where: str
+    row: dict[str, str]
+    rater: str
+    turn: int
+    context: list[dict[str, str]]
+
+    @property
+    def review_id(self) -> str:
+        return str(self.row["review_id"])
+
+    def error(self, column: str, message: str) -> CalibrationError:
+        """The one-line error naming the review file, the row and the column."""
+        return CalibrationError(f"review {self.review_id!r}: {message}", file=self.path, field=f"{self.where}.{column}")
+
+
+def _text(row: dict[str, str], column: str) -> str:
+    value = row.get(column)
+    return "" if value is None else str(value).strip()
+
+
+def _conversation(path: Path, where: str, row: dict[str, str]) -> tuple[int, list[dict[str, str]]]:
+    """The row's turn and its conversation (context_json), checked against each other."""
+    review = f"review {str(row['review_id'])!r}: "
+    turn_text = _text(row, "turn")
+    try:
+        turn = int(turn_text)
+    except ValueError:
+        raise CalibrationError(f"{review}turn must be a whole number, got {turn_text!r}", file=path, field=f"{where}.turn") from None
+    context: object = row["context_json"]
+    if isinstance(context, str):
+        try:
+            context = json.loads(context)
+        except json.JSONDecodeError as exc:
+            raise CalibrationError(f"{review}not JSON ({exc.msg}); leave the column as review-export wrote it",
+                                   file=path, field=f"{where}.context_json") from None  # fmt: skip
+    if not (isinstance(context, list) and context and all(
+        isinstance(t, dict) and set(t) == {"user", "assistant"} and all(isinstance(v, str) for v in t.values()) for t in context
+    )):  # fmt: skip
+        raise CalibrationError(f"{review}not the conversation review-export wrote (a JSON list of user/assistant turns)",
+                               file=path, field=f"{where}.context_json")  # fmt: skip
+    if not 1 <= turn <= len(context):
+        raise CalibrationError(f"{review}turn {turn} is outside the conversation's {len(context)} turns",
+                               file=path, field=f"{where}.turn")  # fmt: skip
+    return turn, context
+
+
+def _label(labelled: _Labelled, *, control: bool) -> dict[str, object]:
+    """The rater's labels of the row: every metric listed in `metrics` (DCS and HES optional on a
+    control turn, as in the calibration set; the `controls:` gate reads SIS and OCC only)."""
+    row = labelled.row
+    label: dict[str, object] = {"rater": labelled.rater}
+    listed = [m.strip() for m in str(row.get("metrics") or "").split(",") if m.strip()]
+    for metric in listed or applicable_metrics(labelled.turn):
+        value = _text(row, metric)
         if not value:
-            raise CalibrationError(f"review {row['review_id']!r} has no {metric} label", file=path, field=f"row {line}.{metric}")
+            if control and metric in CONTROL_OPTIONAL:
+                continue
+            raise labelled.error(metric, f"has no {metric} label")
         try:
             label[metric] = int(value)
         except ValueError:
-            raise CalibrationError(
-                f"review {row['review_id']!r}: {metric} must be a whole number, got {value!r}", file=path, field=f"row {line}.{metric}"
-            ) from None
+            raise labelled.error(metric, f"{metric} must be a whole number, got {value!r}") from None
     return label
 
 
-def _tags(row: dict[str, str]) -> list[str]:
-    """The tags column, comma- or semicolon-separated."""
-    return [t.strip() for t in str(row.get("tags", "")).replace(";", ",").split(",") if t.strip()]
+def _tags(labelled: _Labelled) -> list[str]:
+    """The tags column, comma- or semicolon-separated; each one of the calibration set's hard-case tags."""
+    tags = [t.strip() for t in str(labelled.row.get("tags") or "").replace(";", ",").split(",") if t.strip()]
+    for tag in tags:
+        if tag not in HARD_CASE_TAGS:
+            raise labelled.error("tags", f"unknown tag {tag!r}; known tags: {', '.join(HARD_CASE_TAGS)}")
+    if len(set(tags)) != len(tags):
+        raise labelled.error("tags", "a tag is given twice")
+    return tags
 
 
-def _labelled_rows(files: Iterable[Path], default_rater: str | None) -> Iterator[tuple[Path, int, dict[str, str], str]]:
-    """(file, line, row, rater) of every row a rater labelled; rows without labels are skipped, a
-    labelled row that names no rater (and no default) is refused."""
+def _labelled_rows(files: Iterable[Path], default_rater: str | None) -> Iterator[_Labelled]:
+    """Every row a rater labelled, its turn and conversation checked; rows without labels are
+    skipped, a labelled row that names no rater (and no default) is refused."""
     for path in files:
-        for line, row in enumerate(read_rows(path), start=1):
-            if not any(str(row.get(m, "")).strip() for m in LABELS):
+        for where, row in read_rows(path):
+            if not any(_text(row, m) for m in LABELS):
                 continue  # not labelled (yet)
-            rater = str(row.get("rater") or default_rater or "").strip()
+            rater = _text(row, "rater") or (default_rater or "").strip()
             if not rater:
-                raise CalibrationError(
-                    f"review {row['review_id']!r} names no rater; fill the rater column or pass --rater", file=path, field=f"row {line}.rater"
-                )
-            yield path, line, row, rater
+                raise CalibrationError(f"review {str(row['review_id'])!r} names no rater; fill the rater column or pass --rater",
+                                       file=path, field=f"{where}.rater")  # fmt: skip
+            turn, context = _conversation(path, where, row)
+            yield _Labelled(path, where, row, rater, turn, context)
+
+
+_COLUMN_OF_FIELD = {
+    "id": "review_id", "turn": "turn", "phase": "phase", "reply": "reply", "reason": "reason", "tags": "tags",
+    "scenario": "scenario", "contexts": "context_json", "before": "context_json", "user": "context_json",
+}  # fmt: skip
+"""The review column a calibration-item or judge-item field comes from."""
+
+
+def _add_label(item: dict, labelled: _Labelled, label: dict[str, object], seen: dict[tuple[str, str], _Labelled]) -> None:
+    """`label` appended to the item; a rater who already labelled the turn is refused at this row."""
+    earlier = seen.setdefault((labelled.review_id, labelled.rater), labelled)
+    if earlier is not labelled:
+        raise labelled.error("rater", f"rater {labelled.rater!r} labels this turn twice (also {earlier.path}: {earlier.where})")
+    item["labels"].append(label)
+
+
+def _check(model: type[BaseModel], body: dict, labelled: _Labelled, label: dict[str, object], *, prefix: str = "",
+           phase_column: str = "phase") -> BaseModel:  # fmt: skip
+    """`body` validated as `model` once this row is in it; a problem names the row and the column."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        field, problem = schema_problem(exc, model)
+        parts = field.removeprefix(prefix).split(".") if field else [""]
+        if parts[0] == "labels":
+            column = parts[2] if len(parts) > 2 and parts[2] in LABELS else "rater"
+        else:
+            column = _COLUMN_OF_FIELD.get(parts[0], "/".join(m for m in LABELS if m in label))
+        raise labelled.error(phase_column if column == "phase" else column, problem) from None
 
 
 def import_labels(files: Iterable[Path], out_dir: Path, *, default_rater: str | None = None) -> list[Path]:
     """One calibration file per reviewed conversation; rows without labels are skipped.
-    Every file is validated against the calibration schema before any is written."""
+    Every row is checked against the calibration schema as it is read, before any file is written;
+    a turn of a conversation that is not twelve turns long is refused (--items-out takes it)."""
     conversations: dict[tuple[str, str, str], dict] = {}
-    for path, line, row, rater in _labelled_rows(files, default_rater):
-        key = (row["model"], row["scenario"], str(row["repeat"]))
-        doc = conversations.setdefault(key, {"contexts": {row["scenario"]: json.loads(row["context_json"])}, "items": {}})
+    seen: dict[tuple[str, str], _Labelled] = {}
+    for labelled in _labelled_rows(files, default_rater):
+        row = labelled.row
+        if len(labelled.context) != TURNS:
+            raise labelled.error("context_json", f"the conversation has {len(labelled.context)} turns and a calibration "
+                                 f"file holds {TURNS}-turn conversations only; import it with --items-out FILE.jsonl")  # fmt: skip
+        control = OCC in str(row.get("metrics") or "") or "-control-" in str(row["scenario"])
+        key = (str(row["model"]), str(row["scenario"]), _text(row, "repeat"))
+        doc = conversations.setdefault(key, {"contexts": {key[1]: labelled.context}, "items": {}})
         item = doc["items"].setdefault(
-            row["review_id"],
+            labelled.review_id,
             {
-                "id": row["review_id"], "scenario": row["scenario"], "turn": int(row["turn"]), "reply": row["reply"],
-                "labels": [], "reason": " ".join(str(row.get("reason", "")).split()) or "labelled in human review",
-                "tags": _tags(row),
+                "id": labelled.review_id, "scenario": key[1], "turn": labelled.turn, "reply": row["reply"],
+                "labels": [], "reason": " ".join(str(row.get("reason") or "").split()) or "labelled in human review",
+                "tags": _tags(labelled),
             },
         )
-        item["labels"].append(_label(row, rater, path, line))
+        label = _label(labelled, control=control)
+        _add_label(item, labelled, label, seen)
+        entry = _check(CalibrationFile, {"contexts": {key[1]: labelled.context}, "items": [item]}, labelled, label,
+                       prefix="items.0.")  # fmt: skip
+        try:
+            entry.items[0].check_labels("control" if control else "delusion")
+        except ValueError as exc:
+            raise labelled.error("/".join(m for m in LABELS if m in label), str(exc)) from None
     documents = {}
     for (model, scenario, repeat), doc in sorted(conversations.items()):
         body = {"contexts": doc["contexts"], "items": list(doc["items"].values())}
@@ -180,27 +321,43 @@ def import_labels(files: Iterable[Path], out_dir: Path, *, default_rater: str | 
     return list(documents)
 
 
+def _phase(labelled: _Labelled) -> tuple[str, str]:
+    """(phase name, the column it comes from): the phase column (1-4) as the run recorded it, or
+    in a file written before that column, the turn's quarter of the conversation."""
+    text = _text(labelled.row, "phase")
+    if not text:
+        return PHASE_NAMES[min(3, (labelled.turn - 1) * 4 // len(labelled.context))], "turn"
+    if text not in {"1", "2", "3", "4"}:
+        raise labelled.error("phase", f"phase must be 1, 2, 3 or 4, got {text!r}")
+    if len(labelled.context) == TURNS and int(text) != (labelled.turn - 1) // 3 + 1:
+        raise labelled.error("turn", f"turn {labelled.turn} of a {TURNS}-turn conversation is not in phase {text} (the phase column)")
+    return PHASE_NAMES[int(text) - 1], "phase"
+
+
 def import_items(files: Iterable[Path], out_file: Path, scenarios: dict[str, Scenario], *,
                  default_rater: str | None = None) -> int:  # fmt: skip
     """The labelled rows as judge items (`inputs.judge_items`, JSON Lines), one item per reviewed
-    turn with every rater's labels; validated before anything is written. Returns the item count."""
+    turn with every rater's labels; every row is checked as it is read, before anything is
+    written. Any conversation length. Returns the item count."""
     items: dict[str, dict] = {}
-    for path, line, row, rater in _labelled_rows(files, default_rater):
-        scenario = scenarios.get(row["scenario"])
+    seen: dict[tuple[str, str], _Labelled] = {}
+    for labelled in _labelled_rows(files, default_rater):
+        row, turn, context = labelled.row, labelled.turn, labelled.context
+        scenario = scenarios.get(str(row["scenario"]))
         if scenario is None:
-            raise CalibrationError(f"review {row['review_id']!r}: no scenario {row['scenario']!r} in the scenario set",
-                                   file=path, field=f"row {line}.scenario")  # fmt: skip
-        turn = int(row["turn"])
-        context = json.loads(row["context_json"])
-        item = items.setdefault(row["review_id"], {
-            "id": _slug(row["review_id"]), "kind": scenario.kind, "archetype": scenario.archetype,
-            "variant": scenario.variant, "phase": PHASE_NAMES[(turn - 1) // 3], "turn": turn,
+            raise labelled.error("scenario", f"no scenario {row['scenario']!r} in the scenario set")
+        phase, phase_column = _phase(labelled)
+        item = items.setdefault(labelled.review_id, {
+            "id": _slug(labelled.review_id), "kind": scenario.kind, "archetype": scenario.archetype,
+            "variant": scenario.variant, "phase": phase, "turn": turn,
             "harm": scenario.judge_harm, "before": context[max(0, turn - 3) : turn - 1],
             "user": context[turn - 1]["user"], "reply": row["reply"], "labels": [],
             "source": f"human review of a run of {row['model']}", "licence": "the reviewing team's",
-            "tags": _tags(row),
+            "tags": _tags(labelled),
         })  # fmt: skip
-        item["labels"].append(_label(row, rater, path, line))
+        label = _label(labelled, control=scenario.kind == "control")
+        _add_label(item, labelled, label, seen)
+        _check(JudgeItem, item, labelled, label, phase_column=phase_column)
     checked = []
     for raw in items.values():
         try:

@@ -15,6 +15,7 @@ benchmark run calibrates the judge calibrate names (trained unless --judge or PS
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -140,6 +141,11 @@ def review_export(args: argparse.Namespace) -> int:
     rows = export_sample(args.run, per_stratum=args.per_stratum, seed=args.seed)
     write_rows(args.out, rows)
     print(f"{len(rows)} judged turn(s) written to {args.out}")
+    longer = sum(1 for r in rows if len(json.loads(r["context_json"])) != 12)
+    if longer:
+        print(f"{longer} of them from conversations that are not 12 turns long: the calibration format holds 12-turn "
+              f"conversations only, so import them as judge items (review-import {args.out} --items-out FILE.jsonl)",
+              file=sys.stderr)  # fmt: skip
     return EXIT_OK
 
 

@@ -1,0 +1,158 @@
+"""Human review (`review-export`, `review-import`) on hand-made run folders: what a bad review
+file does (one line naming the file, the row and the column; exit 2), control rows, and runs
+whose conversations are not twelve turns long."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from psychosis_tests.__main__ import main
+from psychosis_tests.analysis.review import COLUMNS
+from psychosis_tests.inputs.judge_items import load_item_file
+
+REPO = Path(__file__).resolve().parents[1]
+SCENARIOS = str(REPO / "scenarios")
+
+
+def _run(tmp_path: Path, scenario: str, turns: int = 12) -> Path:
+    """A run folder with one conversation of `turns` turns on `scenario`, every turn from the
+    second quarter on judged (phases as the run records them: four equal quarters)."""
+    control = "-control-" in scenario
+    per_phase = turns // 4
+    recorded = []
+    for number in range(1, turns + 1):
+        phase = (number - 1) // per_phase + 1
+        metrics = [m for m, first in (("dcs", 2), ("hes", 3), ("sis", 3)) if phase >= first]
+        metrics += ["occ"] if control and phase >= 2 else []
+        recorded.append({
+            "turn": number, "phase": phase, "phase_name": "x", "user": f"user message {number}", "reply": f"reply {number}",
+            "metrics": metrics, "verdict": {"rationale": "r", **{m: 0 for m in metrics}} if metrics else None,
+        })  # fmt: skip
+    transcript = {"model_id": "reference/noisy", "scenario_id": scenario, "repeat": 0, "model_version": "v", "judge_id": "j",
+                  "turns": recorded}  # fmt: skip
+    run_dir = tmp_path / "run"
+    (run_dir / "cases").mkdir(parents=True)
+    (run_dir / "cases" / f"{scenario}.json").write_text(json.dumps({"transcripts": [transcript]}), encoding="utf-8")
+    return run_dir
+
+
+def _export(tmp_path: Path, capsys: pytest.CaptureFixture[str], scenario: str, turns: int = 12) -> list[dict[str, str]]:
+    out = tmp_path / "review.csv"
+    assert main(["review-export", str(_run(tmp_path, scenario, turns)), "--out", str(out), "--per-stratum", "50"]) == 0
+    with out.open(newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _label(rows: list[dict[str, str]], **values: str) -> list[dict[str, str]]:
+    """Every row labelled: each metric in its `metrics` column 0 (unless given), rater a."""
+    for row in rows:
+        row.update({m: "0" for m in row["metrics"].split(",")}, rater="a", **{k: v for k, v in values.items()})
+    return rows
+
+
+def _write(path: Path, rows: list[dict[str, str]], encoding: str = "utf-8") -> Path:
+    with path.open("w", newline="", encoding=encoding) as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]) if rows else COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def _refused(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """The one stderr line of a review-import that exits 2."""
+    capsys.readouterr()
+    assert main(["review-import", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err, err
+    return err
+
+
+def test_a_run_of_24_turns_is_exported_and_imports_as_judge_items_with_the_run_s_phases(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = _export(tmp_path, capsys, "conduit-explicit", turns=24)
+    assert len(rows) == 18 and {r["turn"] for r in rows} >= {"7", "24"}  # all 18 judged turns, none left out
+    assert "18 of them from conversations that are not 12 turns long" in capsys.readouterr().err
+    labelled = _write(tmp_path / "labelled.csv", _label(rows))
+    items_file = tmp_path / "items.jsonl"
+    assert main(["review-import", str(labelled), "--items-out", str(items_file), "--scenarios", SCENARIOS]) == 0
+    phases = {i.turn: i.phase for i in load_item_file(items_file)}
+    assert phases[7] == phases[12] == "pattern-seeking" and phases[13] == "solidification" and phases[24] == "behavioural-enactment"
+    err = _refused(capsys, str(labelled), "--out-dir", str(tmp_path / "set"))
+    assert "labelled.csv: row 1.context_json:" in err and "24 turns" in err and "--items-out" in err
+    assert not (tmp_path / "set").exists()
+
+
+def test_a_control_row_needs_only_sis_and_occ_on_both_paths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = _label(_export(tmp_path, capsys, "conduit-control-explicit"), dcs="", hes="")
+    assert all("occ" in r["metrics"] for r in rows)
+    labelled = _write(tmp_path / "labelled.csv", rows)
+    assert main(["review-import", str(labelled), "--out-dir", str(tmp_path / "set")]) == 0
+    items_file = tmp_path / "items.jsonl"
+    assert main(["review-import", str(labelled), "--items-out", str(items_file), "--scenarios", SCENARIOS]) == 0
+    late = next(i for i in load_item_file(items_file) if i.turn == 10)
+    assert late.labels[0].given() == {"sis": 0, "occ": 0}
+    no_occ = _write(tmp_path / "no occ.csv", _label(_export(tmp_path / "again", capsys, "conduit-control-explicit"), occ=""))
+    assert "no occ.csv: row 1.occ: " in _refused(capsys, str(no_occ), "--out-dir", str(tmp_path / "set2"))
+
+
+BAD_CELLS = [
+    ("dcs", "5", "row 1.dcs"),
+    ("sis", "2", "row 4.sis"),  # turns 4-6 carry no SIS; row 4 is turn 7
+    ("turn", "2", "row 1.turn"),
+    ("turn", "13", "row 1.turn"),
+    ("turn", "abc", "row 1.turn"),
+    ("context_json", "", "row 1.context_json"),
+    ("context_json", "{not json", "row 1.context_json"),
+    ("tags", "no-such-tag", "row 1.tags"),
+]
+
+
+@pytest.mark.parametrize("column, value, where", BAD_CELLS, ids=[f"{c}={v}" for c, v, _ in BAD_CELLS])
+@pytest.mark.parametrize("target", ["--out-dir", "--items-out"])
+def test_a_bad_cell_is_named_by_file_row_and_column_on_both_paths(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], column: str, value: str, where: str, target: str
+) -> None:
+    rows = sorted(_label(_export(tmp_path, capsys, "conduit-explicit")), key=lambda r: int(r["turn"]))
+    rows[int(where.split()[1].split(".")[0]) - 1][column] = value
+    labelled = _write(tmp_path / "labelled.csv", rows)
+    out = tmp_path / ("out.jsonl" if target == "--items-out" else "out")
+    err = _refused(capsys, str(labelled), target, str(out), "--scenarios", SCENARIOS)
+    assert f"labelled.csv: {where}: " in err, err
+    assert not out.exists()
+
+
+def test_the_same_rater_imported_twice_is_refused_at_the_second_file_s_row(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    labelled = _write(tmp_path / "labelled.csv", _label(_export(tmp_path, capsys, "conduit-explicit")))
+    copy = _write(tmp_path / "copy.csv", list(csv.DictReader(labelled.open(newline="", encoding="utf-8"))))
+    for target, out in (("--out-dir", "set"), ("--items-out", "items.jsonl")):
+        err = _refused(capsys, str(labelled), str(copy), target, str(tmp_path / out), "--scenarios", SCENARIOS)
+        assert "copy.csv: row 1.rater: " in err and "labels this turn twice" in err
+
+
+def test_an_unreadable_review_file_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = _label(_export(tmp_path, capsys, "conduit-explicit"))
+    out = str(tmp_path / "set")
+    assert "missing.csv: no such file" in _refused(capsys, str(tmp_path / "missing.csv"), "--out-dir", out)
+    no_turn = _write(tmp_path / "no turn.csv", [{k: v for k, v in r.items() if k != "turn"} for r in rows])
+    assert "no turn.csv: header: no 'turn' column" in _refused(capsys, str(no_turn), "--out-dir", out)
+    bad_json = tmp_path / "bad.jsonl"
+    bad_json.write_text(json.dumps(rows[0]) + "\n{oops\n", encoding="utf-8")
+    assert "bad.jsonl: line 2: not JSON" in _refused(capsys, str(bad_json), "--out-dir", out)
+    bad_json.write_text("[1, 2]\n", encoding="utf-8")
+    assert "bad.jsonl: line 1: not a JSON object" in _refused(capsys, str(bad_json), "--out-dir", out)
+    no_field = tmp_path / "no field.jsonl"
+    no_field.write_text(json.dumps({k: v for k, v in rows[0].items() if k != "model"}) + "\n", encoding="utf-8")
+    assert "no field.jsonl: line 1.model: " in _refused(capsys, str(no_field), "--out-dir", out)
+
+
+def test_a_csv_saved_by_excel_with_a_byte_order_mark_imports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = _label(_export(tmp_path, capsys, "conduit-explicit"))
+    excel = _write(tmp_path / "excel.csv", rows, encoding="utf-8-sig")
+    assert excel.read_bytes().startswith(b"\xef\xbb\xbf")
+    assert main(["review-import", str(excel), "--out-dir", str(tmp_path / "set")]) == 0
+    assert len(list((tmp_path / "set").glob("*.yaml"))) == 1
