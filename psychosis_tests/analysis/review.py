@@ -31,7 +31,7 @@ from psychosis_tests.inputs.calibration import HARD_CASE_TAGS, TURNS, Calibratio
 from psychosis_tests.inputs.judge_items import JudgeItem
 from psychosis_tests.inputs.method import JUDGED_METRICS, OCC, PHASE_NAMES
 from psychosis_tests.inputs.scenarios import Scenario
-from psychosis_tests.inputs.yaml_files import schema_problem
+from psychosis_tests.inputs.yaml_files import read_text, schema_problem
 
 COLUMNS = (
     "review_id", "model", "scenario", "repeat", "turn", "phase", "metrics", "conversation", "reply",
@@ -121,12 +121,7 @@ def read_rows(path: Path) -> list[tuple[str, dict[str, str]]]:
     JSONL line that is not a JSON object or a missing column raises CalibrationError in one line."""
     if path.suffix not in (".csv", ".jsonl"):
         raise CalibrationError("the review file must end in .csv or .jsonl", file=path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise CalibrationError("no such file", file=path) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CalibrationError(f"cannot read it ({type(exc).__name__})", file=path) from None
+    text = read_text(path, CalibrationError, encoding="utf-8-sig")
     rows: list[tuple[str, dict[str, str]]] = []
     if path.suffix == ".csv":
         reader = csv.DictReader(io.StringIO(text, newline=""))

@@ -31,14 +31,19 @@ def yaml_problem(exc: yaml.YAMLError) -> str:
     return " ".join(f"{where}{problem}{f' ({context})' if context else ''}".split())
 
 
-def read_yaml(path: Path, error: type[ConfigError]) -> object:
-    """The parsed document; a missing, unreadable or malformed file raises `error` naming it."""
+def read_text(path: Path, error: type[ConfigError], encoding: str = "utf-8") -> str:
+    """The file's text; a missing or unreadable file raises `error` naming it, in one line."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding=encoding)
     except FileNotFoundError:
         raise error("no such file", file=path) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise error(f"cannot read it ({type(exc).__name__}: {exc})", file=path) from None
+
+
+def read_yaml(path: Path, error: type[ConfigError]) -> object:
+    """The parsed document; a missing, unreadable or malformed file raises `error` naming it."""
+    text = read_text(path, error)
     try:
         return yaml.load(text, Loader=_LOADER)
     except yaml.YAMLError as exc:
