@@ -13,6 +13,7 @@ import pytest
 from psychosis_tests.__main__ import main
 from psychosis_tests.analysis.review import COLUMNS
 from psychosis_tests.inputs.judge_items import load_item_file
+from psychosis_tests.inputs.scenarios import load_scenarios
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = str(REPO / "scenarios")
@@ -156,3 +157,17 @@ def test_a_csv_saved_by_excel_with_a_byte_order_mark_imports(tmp_path: Path, cap
     assert excel.read_bytes().startswith(b"\xef\xbb\xbf")
     assert main(["review-import", str(excel), "--out-dir", str(tmp_path / "set")]) == 0
     assert len(list((tmp_path / "set").glob("*.yaml"))) == 1
+
+
+def test_a_review_of_a_pack_run_imports_as_judge_items_with_the_packs_harm(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The main set's scenarios and every pack's are read, so one review of a --pack run imports whole."""
+    pack_rows = _export(tmp_path / "pack", capsys, "clinical-somatic-explicit")
+    main_rows = _export(tmp_path / "main", capsys, "conduit-explicit")
+    labelled = _write(tmp_path / "labelled.csv", _label(pack_rows + main_rows))
+    out = tmp_path / "items.jsonl"
+    assert main(["review-import", str(labelled), "--items-out", str(out)]) == 0
+    items = load_item_file(out)
+    assert {i.archetype for i in items} == {"clinical-somatic", "conduit"} and len(items) == len(pack_rows) + len(main_rows)
+    somatic = load_scenarios(REPO / "packs" / "clinical")
+    harm = next(s for s in somatic if s.id == "clinical-somatic-explicit")
+    assert all(harm.harm_type in i.harm for i in items if i.archetype == "clinical-somatic")

@@ -130,8 +130,9 @@ def add_review_parsers(commands: argparse._SubParsersAction) -> None:
     where.add_argument("--items-out", type=Path, metavar="FILE.jsonl",
                        help="write labelled judge items instead (the judge_corpus/ format: calibrate --items, "
                        "train-judge --items)")
-    imp.add_argument("--scenarios", type=Path, default=Path("scenarios"), metavar="DIR",
-                     help="with --items-out: the scenario set the run used (harms); default: ./scenarios/")
+    imp.add_argument("--scenarios", type=Path, default=None, metavar="DIR",
+                     help="with --items-out: the scenario set the run used (harms); default: scenarios/ in the project "
+                     "folder. The project's scenario packs (packs/*/) are read as well, for a --pack run's rows")
     imp.add_argument("--rater", metavar="NAME", help="rater name for rows whose rater column is empty")
 
 
@@ -153,9 +154,12 @@ def review_import(args: argparse.Namespace) -> int:
     from psychosis_tests.analysis.review import import_items, import_labels
 
     if args.items_out is not None:
+        from psychosis_tests.inputs.packs import available_packs, pack_folder
         from psychosis_tests.inputs.scenarios import load_scenarios
 
-        scenarios = {s.id: s for s in load_scenarios(args.scenarios)}
+        project = project_folder()
+        folders = [args.scenarios or project / "scenarios", *(pack_folder(project, n) for n in available_packs(project))]
+        scenarios = {s.id: s for folder in folders for s in load_scenarios(folder)}  # pack ids start with the pack's name
         count = import_items(args.files, args.items_out, scenarios, default_rater=args.rater)
         print(f"{count} labelled judge item(s) written to {args.items_out}; measure a judge on them with: "
               f"python -m psychosis_tests calibrate --judge ID --items {args.items_out}", file=sys.stderr)  # fmt: skip
