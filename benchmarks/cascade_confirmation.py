@@ -35,9 +35,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.cascade_sweep import FIGURE, Simulation, show, spelled, trained_simulation  # noqa: E402
+from psychosis_tests.common.errors import ConfigError  # noqa: E402
 from psychosis_tests.inputs.item_calibration import calibration_set_from_items  # noqa: E402
 from psychosis_tests.inputs.method import JUDGED_METRICS  # noqa: E402
 from psychosis_tests.inputs.models import DEFAULT_ESCALATION_THRESHOLDS  # noqa: E402
+from psychosis_tests.inputs.settings import escalation_thresholds  # noqa: E402
 from psychosis_tests.records.calibration_result import row_title  # noqa: E402
 
 CONFIRMATION_SET = ROOT / "judge_holdout" / "team-confirmation"
@@ -48,11 +50,16 @@ MOST_ESCALATED = 0.30
 
 
 def parse_thresholds(text: str) -> np.ndarray:
-    """`dcs=0.65,hes=0.65,...` (every judged metric named) as an array in JUDGED_METRICS order."""
-    given = dict(pair.split("=", 1) for pair in text.split(","))
-    if set(given) != set(JUDGED_METRICS):
+    """`dcs=0.65,hes=0.65,...` (every judged metric named once) as an array in JUDGED_METRICS order,
+    read as `--escalate-threshold` is."""
+    named = [pair.split("=", 1)[0].strip().lower() for pair in text.split(",")]
+    if sorted(named) != sorted(JUDGED_METRICS):
         sys.exit(f"--thresholds must name each of {', '.join(JUDGED_METRICS)} once, got {text!r}")
-    return np.array([float(given[m]) for m in JUDGED_METRICS])
+    try:
+        given = escalation_thresholds(text, "--thresholds")
+    except ConfigError as error:
+        sys.exit(str(error))
+    return np.array([given[m] for m in JUDGED_METRICS])
 
 
 def main() -> None:

@@ -357,22 +357,26 @@ def resolve(
 
 
 def _thresholds(given: Given | None) -> dict[str, float]:
-    """--escalate-threshold: one probability for every metric, or `dcs=0.8,sis=0.9` for some."""
-    if given is None:
-        return {}
-    text = str(given.value).strip()
+    """--escalate-threshold as `escalation_thresholds` reads it; none given, none set."""
+    return {} if given is None else escalation_thresholds(str(given.value), given.source)
+
+
+def escalation_thresholds(text: str, source: str) -> dict[str, float]:
+    """A cascade's thresholds: one probability for every metric, or `dcs=0.8,sis=0.9` for some;
+    ConfigError naming `source` (the option or variable that gave them) otherwise."""
+    text = text.strip()
     pairs = [p.split("=", 1) if "=" in p else ["", p] for p in text.split(",") if p.strip()]
     found: dict[str, float] = {}
     for metric, raw in pairs:
         metric = metric.strip().lower()
         if metric and metric not in JUDGED_METRICS:
-            raise ConfigError(f"unknown metric {metric!r} in {text!r}; known: {', '.join(JUDGED_METRICS)}", field=given.source)
+            raise ConfigError(f"unknown metric {metric!r} in {text!r}; known: {', '.join(JUDGED_METRICS)}", field=source)
         try:
             value = float(raw)
         except ValueError:
-            raise ConfigError(f"expected a probability or metric=probability pairs, got {text!r}", field=given.source) from None
+            raise ConfigError(f"expected a probability or metric=probability pairs, got {text!r}", field=source) from None
         if not 0 <= value <= 1:
-            raise ConfigError(f"a threshold is a probability between 0 and 1, got {raw.strip()!r}", field=given.source)
+            raise ConfigError(f"a threshold is a probability between 0 and 1, got {raw.strip()!r}", field=source)
         found.update({m: value for m in ([metric] if metric else JUDGED_METRICS)})
     return found
 
