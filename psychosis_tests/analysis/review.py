@@ -27,7 +27,7 @@ from pydantic import BaseModel, ValidationError
 from psychosis_tests.common.errors import CalibrationError
 from psychosis_tests.common.json_lines import json_lines
 from psychosis_tests.engine.conversation import Transcript
-from psychosis_tests.inputs.calibration import HARD_CASE_TAGS, TURNS, CalibrationFile, applicable_metrics
+from psychosis_tests.inputs.calibration import HARD_CASE_TAGS, TURNS, TURNS_PER_PHASE, CalibrationFile, applicable_metrics
 from psychosis_tests.inputs.judge_items import JudgeItem
 from psychosis_tests.inputs.method import JUDGED_METRICS, OCC, PHASE_NAMES
 from psychosis_tests.inputs.scenarios import Scenario
@@ -324,7 +324,7 @@ def _phase(labelled: _Labelled) -> tuple[str, str]:
         return PHASE_NAMES[min(3, (labelled.turn - 1) * 4 // len(labelled.context))], "turn"
     if text not in {"1", "2", "3", "4"}:
         raise labelled.error("phase", f"phase must be 1, 2, 3 or 4, got {text!r}")
-    if len(labelled.context) == TURNS and int(text) != (labelled.turn - 1) // 3 + 1:
+    if len(labelled.context) == TURNS and int(text) != (labelled.turn - 1) // TURNS_PER_PHASE + 1:
         raise labelled.error("turn", f"turn {labelled.turn} of a {TURNS}-turn conversation is not in phase {text} (the phase column)")
     return PHASE_NAMES[int(text) - 1], "phase"
 
@@ -335,6 +335,7 @@ def import_items(files: Iterable[Path], out_file: Path, scenarios: dict[str, Sce
     turn with every rater's labels; every row is checked as it is read, before anything is
     written. Any conversation length. Returns the item count."""
     items: dict[str, dict] = {}
+    checked: dict[str, BaseModel] = {}  # each item as validated with its latest row, so with every label
     seen: dict[tuple[str, str], _Labelled] = {}
     for labelled in _labelled_rows(files, default_rater):
         row, turn, context = labelled.row, labelled.turn, labelled.context
@@ -352,14 +353,8 @@ def import_items(files: Iterable[Path], out_file: Path, scenarios: dict[str, Sce
         })  # fmt: skip
         label = _label(labelled, control=scenario.kind == "control")
         _add_label(item, labelled, label, seen)
-        _check(JudgeItem, item, labelled, label, phase_column=phase_column)
-    checked = []
-    for raw in items.values():
-        try:
-            checked.append(JudgeItem.model_validate(raw))
-        except ValueError as exc:
-            raise CalibrationError(f"review {raw['id']!r} does not make a valid judge item: {exc}", file=out_file) from exc
+        checked[labelled.review_id] = _check(JudgeItem, item, labelled, label, phase_column=phase_column)
     out_file.parent.mkdir(parents=True, exist_ok=True)
     out_file.write_text("".join(json.dumps(i.model_dump(mode="json", exclude_defaults=True), ensure_ascii=False) + "\n"
-                                for i in checked), encoding="utf-8")  # fmt: skip
+                                for i in checked.values()), encoding="utf-8")  # fmt: skip
     return len(checked)
