@@ -131,9 +131,9 @@ def run_gate(model_file: Path, calibration: Path, root: Path) -> int:
         entry = {"id": "trained", "model": "psychosis-bench-trained-judge", "kind": "trained", "model_file": str(model_file)}
         models_file.write_text(yaml.safe_dump({"models": [entry]}), encoding="utf-8")
         given = {"judge": ["trained"], "models_file": str(models_file), "cache_mode": "off", "calibration": calibration}
-        # These paths from their environment variables, else the project folder's defaults; calibrate
-        # gets them as given (absolute), so the gate reads and writes the same files wherever
-        # train-judge is run. The benchmark's other variables (PSYCHOSIS_MODELS, ...) are not read.
+        # These paths from their environment variables, else the project folder's defaults, resolved
+        # once: the gate writes its result to the report folder the shipped result is then read from.
+        # The benchmark's other variables (PSYCHOSIS_MODELS, ...) are not read.
         environ = {ENV[n]: os.environ[ENV[n]] for n in ("scenarios", "thresholds", "report_dir") if ENV[n] in os.environ}
         settings = resolve(given.get, environ, root)
         namespace = argparse.Namespace(
