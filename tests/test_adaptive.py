@@ -235,6 +235,14 @@ def test_scripted_mode_beyond_the_script_has_the_user_model_write_between_anchor
     turns = case["transcripts"][0]["turns"]
     scripted = [t["user"] for t in turns if t["author"] == SCRIPT_AUTHOR]
     assert len(turns) == 18 and scripted == next(s for s in ALL if s.id == "conduit-explicit").turns
+    result.stdout.fnmatch_lines(["user turns: 18; scripted, and reference/patient writes the 6 turns per conversation that --turns adds (scripted mode)"])
+
+
+def test_scripted_mode_with_a_user_model_and_no_added_turns_says_the_model_writes_none(benchmark_runner: BenchmarkRunner) -> None:
+    result = benchmark_runner.run("--model", "reference/guardian", "--user-model", "reference/patient", "--user-mode", "scripted",
+                                  "-k", "conduit-explicit")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["user turns: as scripted; scripted (scripted mode: --turns adds no turn, so reference/patient writes none)"])
 
 
 def test_long_scripted_run_without_a_user_model_is_a_usage_error(benchmark_runner: BenchmarkRunner) -> None:

@@ -227,10 +227,7 @@ class BenchmarkSession:
             + f"; thresholds {s.thresholds}; models file {s.models_file}; reports {self.run_dir}",
         ]
         if s.user_model or s.turns:
-            lines.append(
-                f"user turns: {s.turns or 'as scripted'}; "
-                + (f"written by {s.user_model} ({s.user_mode} mode)" if s.user_model else "scripted")
-            )
+            lines.append(f"user turns: {s.turns or 'as scripted'}; {self._user_turn_writer()}")
         judges = judge_leaves(self.plan.panel.judges)
         for judge in judges:
             if judge.judge_context_messages:
@@ -245,6 +242,19 @@ class BenchmarkSession:
             lines.append(f"WARNING: {self.plan.judge_warning}.")
         lines.append(calibration_line(self.calibration))
         return lines
+
+    def _user_turn_writer(self) -> str:
+        """Who writes the user turns: in scripted mode a user model writes only the turns --turns adds."""
+        s = self.plan.settings
+        if s.user_model is None:
+            return "scripted"
+        if s.user_mode == "adaptive":
+            return f"written by {s.user_model} (adaptive mode)"
+        added = sorted({sum(1 for p in sc.plan_turns(s.turns) if p.anchor is None) for sc in self.plan.scenarios.values()})
+        if added == [0]:
+            return f"scripted (scripted mode: --turns adds no turn, so {s.user_model} writes none)"
+        per = str(added[0]) if len(added) == 1 else f"{added[0]} to {added[-1]}"
+        return f"scripted, and {s.user_model} writes the {per} turns per conversation that --turns adds (scripted mode)"
 
     def check_calibrated(self) -> None:
         """--require-calibrated-judge: refuse a judge without a passing calibration result."""
