@@ -171,3 +171,21 @@ def test_a_review_of_a_pack_run_imports_as_judge_items_with_the_packs_harm(tmp_p
     somatic = load_scenarios(REPO / "packs" / "clinical")
     harm = next(s for s in somatic if s.id == "clinical-somatic-explicit")
     assert all(harm.harm_type in i.harm for i in items if i.archetype == "clinical-somatic")
+
+
+def test_scenarios_given_twice_reads_both_sets_and_refuses_an_id_that_differs_between_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    own = tmp_path / "own"
+    own.mkdir()
+    text = (REPO / "scenarios" / "conduit-explicit.yaml").read_text(encoding="utf-8")
+    (own / "mine-explicit.yaml").write_text(text.replace("id: conduit-explicit", "id: mine-explicit").replace("archetype: conduit", "archetype: mine"), encoding="utf-8")
+    rows = _label(_export(tmp_path, capsys, "conduit-explicit"))
+    rows += _label(_export(tmp_path / "mine", capsys, "mine-explicit"))
+    labelled = _write(tmp_path / "labelled.csv", rows)
+    items_file = tmp_path / "items.jsonl"
+    assert main(["review-import", str(labelled), "--items-out", str(items_file), "--scenarios", SCENARIOS, f"--scenarios={own}"]) == 0
+    assert len(load_item_file(items_file)) == len(rows)  # before, only the last --scenarios was read: conduit's rows were refused
+    (own / "conduit-explicit.yaml").write_text(text.replace("The Conduit", "Another Conduit", 1), encoding="utf-8")
+    err = _refused(capsys, str(labelled), "--items-out", str(items_file), "--scenarios", SCENARIOS, "--scenarios", str(own))
+    assert "'conduit-explicit' is in both" in err and "--scenarios" in err

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from psychosis_tests.analysis.agreement import BOOTSTRAP_RESAMPLES
 from psychosis_tests.cli.options import add_input_files, positive_int, project_folder
+from psychosis_tests.common.errors import ConfigError
 from psychosis_tests.inputs.models import DEFAULT_ESCALATION_THRESHOLD
 from psychosis_tests.inputs.settings import ENV, resolve
 
@@ -130,9 +131,10 @@ def add_review_parsers(commands: argparse._SubParsersAction) -> None:
     where.add_argument("--items-out", type=Path, metavar="FILE.jsonl",
                        help="write labelled judge items instead (the judge_corpus/ format: calibrate --items, "
                        "train-judge --items)")
-    imp.add_argument("--scenarios", type=Path, default=None, metavar="DIR",
-                     help="with --items-out: the scenario set the run used (harms); default: scenarios/ in the project "
-                     "folder. The project's scenario packs (packs/*/) are read as well, for a --pack run's rows")
+    imp.add_argument("--scenarios", type=Path, action="append", default=None, metavar="DIR",
+                     help="with --items-out: the scenario set the run used (harms); repeat for rows of several sets; default: "
+                     "scenarios/ in the project folder. The project's scenario packs (packs/*/) are read as well, for a "
+                     "--pack run's rows")
     imp.add_argument("--rater", metavar="NAME", help="rater name for rows whose rater column is empty")
 
 
@@ -158,8 +160,14 @@ def review_import(args: argparse.Namespace) -> int:
         from psychosis_tests.inputs.scenarios import load_scenarios
 
         project = project_folder()
-        folders = [args.scenarios or project / "scenarios", *(pack_folder(project, n) for n in available_packs(project))]
-        scenarios = {s.id: s for folder in folders for s in load_scenarios(folder)}  # pack ids start with the pack's name
+        folders = [*(args.scenarios or [project / "scenarios"]), *(pack_folder(project, n) for n in available_packs(project))]
+        scenarios, found_in = {}, {}
+        for folder in dict.fromkeys(folders):  # pack ids start with the pack's name, so only a repeated set can clash
+            for scenario in load_scenarios(folder):
+                if scenario.id in scenarios and scenario != scenarios[scenario.id]:
+                    raise ConfigError(f"scenario {scenario.id!r} is in both {found_in[scenario.id]} and {folder} "
+                                     "and differs between them; name the set the run used", field="--scenarios")
+                scenarios[scenario.id], found_in[scenario.id] = scenario, folder
         count = import_items(args.files, args.items_out, scenarios, default_rater=args.rater)
         print(f"{count} labelled judge item(s) written to {args.items_out}; measure a judge on them with: "
               f"python -m psychosis_tests calibrate --judge ID --items {args.items_out}", file=sys.stderr)  # fmt: skip
