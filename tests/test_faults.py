@@ -386,6 +386,49 @@ def test_error_text_is_inert_and_key_shapes_are_masked() -> None:
     assert str(CaseError(f"401: {FAKE_KEY} \x1b[2J")) == "401: [redacted] \\x1b[2J"
 
 
+def test_invisible_format_characters_and_unicode_tags_are_made_visible() -> None:
+    hidden = "a\u061cb\ufeffc\u2060d\u180ee\U000e0041\U000e007ff\u00adg\ufe0fh"
+    assert inert(hidden) == "a\\u061cb\\ufeffc\\u2060d\\u180ee\\U000e0041\\U000e007ff\\xadg\\ufe0fh"
+    assert inert("café ✓ 日本 emoji 🙂") == "café ✓ 日本 emoji 🙂"  # printable text is left alone
+
+
+def test_a_remembered_key_is_masked_also_where_a_length_limit_cut_it() -> None:
+    from psychosis_tests.common.errors import remember_secret
+
+    key = "xk-remembered-0123456789abcdef"  # not key-shaped: only remembering it can mask it
+    remember_secret(key)
+    assert redact(f"got {key} and {key[:15]}") == "got [redacted] and [redacted]"
+    assert str(CaseError(f"answer began 'Invalid API key: {key[:12]}'")) == "answer began 'Invalid API key: [redacted]'"
+    assert redact(f"{key[:7]} is too short to tell from text") == f"{key[:7]} is too short to tell from text"
+
+
+OTHER_KEY = "xk-not-key-shaped-7c1e9a0b5d3f2468"
+"""A key no key-shape pattern matches: only the configured key itself can mask it."""
+
+
+def test_a_key_echoed_where_the_error_text_is_cut_is_masked_before_the_cut(
+    loopback: ReferenceServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(KEY_ENV, OTHER_KEY)
+    message = provider_call({"id": "late-echo", "model": "fault:echo-key-late", "base_url": loopback.url,
+                             "api_key_env": KEY_ENV, "max_retries": 0})  # fmt: skip
+    assert "Received key: [redacted]" in message and OTHER_KEY[:8] not in message, message
+
+
+def test_a_judge_answer_echoing_its_key_is_masked_in_every_report(
+    benchmark_runner: BenchmarkRunner, loopback: ReferenceServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(KEY_ENV, OTHER_KEY)
+    judge = entry(loopback, "echoing-judge", "fault:echo-key-reply", verdict_attempts=1)
+    result = benchmark_runner.run(*playing(benchmark_runner, [judge], [], judge="echoing-judge"), "--model", "reference/guardian",
+                                  "-k", CASE)  # fmt: skip
+    result.assert_outcomes(errors=1)
+    run_dir = benchmark_runner.only_run_dir()
+    assert "Invalid API key: [redacted]" in case_file(run_dir, "reference_guardian")["error"]
+    for text in (result.stdout.str(), result.stderr.str(), *(p.read_text(encoding="utf-8") for p in run_dir.rglob("*") if p.is_file())):
+        assert OTHER_KEY[:8] not in text
+
+
 # -- messages that count right -------------------------------------------------------------------
 def provider_call(spec_fields: dict) -> str:
     """The ModelCallError message of one call through the engine's provider."""

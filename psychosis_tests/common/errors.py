@@ -33,31 +33,64 @@ from collections.abc import Iterable
 from pathlib import Path
 
 _UNPRINTABLE = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
-    "\ud800-\udfff]"
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f"
+    "\u200b-\u200f\u2028-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff9-\ufffb"
+    "\ud800-\udfff\U0001d173-\U0001d17a\U000e0000-\U000e0fff]"
 )
-"""Control characters (all but newline and tab), bidi and zero-width marks, lone surrogates."""
+"""Control characters (all but newline and tab); bidi, zero-width and other invisible format marks
+(the Arabic letter mark, word joiner, byte order mark, variation selectors, Hangul fillers...);
+Unicode tag characters, which can carry hidden ASCII text; lone surrogates."""
 _KEY_SHAPES = re.compile(
     r"(?i:\bbearer\s+)[^\s\"',;]+"  # an Authorization header value
     r"|\bsk-[A-Za-z0-9_*\-]{6,}"  # OpenAI, OpenRouter, Anthropic style keys, masked or not
     r"|\bAIza[0-9A-Za-z_\-]{20,}"  # Google API keys
 )
 REDACTED = "[redacted]"
+SHORTEST_SECRET = 8
+"""A secret shorter than this is not masked (it would mask ordinary words); a key cut by a length
+limit is masked down to this many of its first characters."""
+_SECRETS: set[str] = set()
+
+
+def remember_secret(value: str) -> None:
+    """Mask `value` (an API key read from the environment for a call) in every error, warning and
+    report text that `redact` sees from now on, whoever raises it."""
+    if len(value) >= SHORTEST_SECRET:
+        _SECRETS.add(value)
 
 
 def inert(text: str) -> str:
     """`text` with every control character (but newline and tab), bidi or zero-width mark and lone
     surrogate written as a visible escape such as \\x1b: safe to print and to encode as UTF-8."""
-    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text)
+    return _UNPRINTABLE.sub(lambda m: _escape(ord(m.group())), text)
+
+
+def _escape(code: int) -> str:
+    """A code point written as Python writes it in a string literal: \\x1b, \\u202e, \\U000e0041."""
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
-    """`text` with the given secrets (e.g. the configured API keys) and key-shaped strings
-    (sk-..., Bearer ..., AIza...) replaced by [redacted]."""
-    for secret in secrets:
-        if secret and len(secret) >= 8:
-            text = text.replace(secret, REDACTED)
-    return _KEY_SHAPES.sub(REDACTED, text)
+    """`text` with the given secrets and every remembered one (`remember_secret`: the API keys read
+    for calls), each also where a length limit cut it short, and key-shaped strings (sk-...,
+    Bearer ..., AIza...) replaced by [redacted]."""
+    text = _KEY_SHAPES.sub(REDACTED, text)  # first: a provider's masked echo (sk-abc****wxyz) goes whole
+    for secret in sorted({*secrets, *_SECRETS}, key=len, reverse=True):
+        if len(secret) >= SHORTEST_SECRET:
+            text = _mask(text, secret)
+    return text
+
+
+def _mask(text: str, secret: str) -> str:
+    """Every run of `text` that is `secret` or a prefix of it at least SHORTEST_SECRET long."""
+    head, kept, start = secret[:SHORTEST_SECRET], [], 0
+    while (found := text.find(head, start)) >= 0:
+        end = found + SHORTEST_SECRET
+        while end < len(text) and end - found < len(secret) and text[end] == secret[end - found]:
+            end += 1
+        kept += [text[start:found], REDACTED]
+        start = end
+    return "".join(kept) + text[start:]
 
 
 class PsychosisBenchError(Exception):

@@ -43,7 +43,7 @@ from typing import Any
 
 import openai
 
-from psychosis_tests.common.errors import MissingKeyError, inert, redact
+from psychosis_tests.common.errors import inert, redact
 from psychosis_tests.common.json_lines import json_lines
 from psychosis_tests.engine.batch_store import BatchStore, Submitted
 from psychosis_tests.engine.chat_completions import RETRYABLE_STATUS, ChatCompletions, transport_error
@@ -175,7 +175,7 @@ class BatchTransport:
     def _warn_once(self, spec: ModelSpec, what: str, message: str) -> None:
         if (spec.id, what) not in self._warned:
             self._warned.add((spec.id, what))
-            message = redact(inert(message), _keys(spec))  # it quotes the provider, which may echo the key
+            message = redact(inert(message))  # it quotes the provider, which may echo the key
             self.warnings.append(f"'{spec.id}': {message}")
             log.warning("'%s': %s", spec.id, message)
 
@@ -367,14 +367,6 @@ def _fail(entries: list[_Waiting], fault: TransportError) -> None:
     for entry in entries:
         if not entry.answer.done():
             entry.answer.set_exception(TransportError(_said(fault), retryable=fault.retryable, wait=fault.wait))
-
-
-def _keys(spec: ModelSpec) -> list[str]:
-    """The model's API key, to mask wherever the provider's words are repeated."""
-    try:
-        return [spec.api_key()]
-    except MissingKeyError:
-        return []
 
 
 def _said(fault: TransportError) -> str:

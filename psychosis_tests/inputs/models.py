@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, PrivateAttr, model_validator
 
-from psychosis_tests.common.errors import MissingKeyError, ModelsFileError
+from psychosis_tests.common.errors import MissingKeyError, ModelsFileError, remember_secret
 from psychosis_tests.inputs.method import JUDGED_METRICS, JudgedMetric
 from psychosis_tests.inputs.usage import Price
 from psychosis_tests.inputs.yaml_files import entry_id, read_yaml, validated
@@ -279,6 +279,7 @@ class ModelSpec(BaseModel):
             raise MissingKeyError(
                 f"model {self.id!r} needs an API key: set the environment variable {self.api_key_env}"
             )
+        remember_secret(value)
         return value
 
 

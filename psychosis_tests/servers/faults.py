@@ -36,6 +36,9 @@ turn is the number of user messages in the request). The steps:
     surrogate            200 whose reply holds a lone surrogate (\\ud800 in the JSON)
     surrogate-model      200 whose `model` field holds a lone surrogate
     echo-key             HTTP 401 whose message echoes the request's API key, whole and masked
+    echo-key-late        HTTP 401 whose message echoes the key after 286 characters, so a 300-character
+                         cut of the message falls inside the key
+    echo-key-reply       200 whose reply is an error text echoing the request's API key
 
 The older fault models are plans under a name: fail-500 is `fault:500`, auth-fail `fault:401`,
 flaky `fault:429,503,ok`.
@@ -62,7 +65,7 @@ ANSI_JUNK = "\x1b[2J\x1b[31mRED\x1b[0m\r\x07\x08\x1b]0;pwned\x07\u202e"
 STEPS = (
     "ok", "hang", "reset", "cut", "badjson", "html", "empty", "null", "nochoices", "nomessage",
     "filter", "length", "ansi", "ansi-error", "huge", "badutf8", "surrogate", "surrogate-model",
-    "echo-key",
+    "echo-key", "echo-key-late", "echo-key-reply",
 )
 ALIASES = {"fail-500": "500", "auth-fail": "401", "flaky": "429,503,ok"}
 """Fault models served under a plain name."""
@@ -192,6 +195,10 @@ def serve(
         key = handler.headers.get("Authorization", "").removeprefix("Bearer ").strip()
         masked = f"{key[:3]}{'*' * max(len(key) - 7, 0)}{key[-4:]}" if len(key) > 7 else key
         raise StatusFault(401, f"Incorrect API key provided: {key}. You passed {masked}; check it.")
+    if name == "echo-key-late":
+        key = handler.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        padding = "The key you sent is not valid. " * 8 + "Check it and try again. "
+        raise StatusFault(401, f"{padding}Received key: {key} (reference fault echo-key-late)")
     if name == "ansi-error":
         raise StatusFault(400, f"bad request {ANSI_JUNK} (reference fault ansi-error)")
     if name == "reset":
@@ -227,6 +234,9 @@ def serve(
         message["content"] = f"{ANSI_JUNK} {text} {ANSI_JUNK}"
     elif name == "huge":
         message["content"] = text + " " + "z" * max(HUGE_BYTES - len(text) - 1, 0)
+    elif name == "echo-key-reply":
+        key = handler.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        message["content"] = f"Invalid API key: {key}"
     elif name == "surrogate":
         message["content"] = text + " \ud800"
     elif name == "surrogate-model":
