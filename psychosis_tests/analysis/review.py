@@ -8,6 +8,8 @@ conversation (its twelve turns are the context; each labelled turn an item), or 
 (`inputs.judge_items`, any conversation length). Every row is checked as it is read, against the
 calibration or judge-item schema, and a problem stops the import with one line naming the review
 file, the row (CSV) or line (JSONL) and the column; nothing is written until every row passes.
+A CSV cell a spreadsheet would read as a formula (a reply starting with =) is written with a quote
+before it (`common.csv_cells`), which import takes off again.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from psychosis_tests.common.csv_cells import csv_cell, from_csv_cell
 from psychosis_tests.common.errors import CalibrationError
 from psychosis_tests.common.json_lines import json_lines
 from psychosis_tests.engine.conversation import Transcript
@@ -110,7 +113,7 @@ def write_rows(path: Path, rows: Sequence[dict[str, str]]) -> None:
         with path.open("w", newline="", encoding="utf-8") as handle:
             writer = csv.DictWriter(handle, fieldnames=COLUMNS)
             writer.writeheader()
-            writer.writerows(rows)
+            writer.writerows({name: csv_cell(value) for name, value in row.items()} for row in rows)
     else:
         raise CalibrationError("the review file must end in .csv or .jsonl", file=path)
 
@@ -129,7 +132,8 @@ def read_rows(path: Path) -> list[tuple[str, dict[str, str]]]:
         if missing and text.strip():
             raise CalibrationError(f"no {missing[0]!r} column; a review file has the columns review-export writes "
                                    f"({', '.join(COLUMNS)})", file=path, field="header")  # fmt: skip
-        return [(f"row {number}", row) for number, row in enumerate(reader, start=1)]
+        return [(f"row {number}", {name: from_csv_cell(value) if isinstance(value, str) else value for name, value in row.items()})
+                for number, row in enumerate(reader, start=1)]  # fmt: skip
     for number, line in json_lines(text):
         try:
             raw = json.loads(line)

@@ -7,7 +7,7 @@
 Rows are per metric and kind of scenario: DCS, HES and SIS on the delusion items, SIS (controls)
 and OCC on the control items. After a FAIL, both the terminal output and calibration.md end with
 what to do next (`next_steps`). Judge rationales, replies and error messages are untrusted text:
-markdown_text makes them inert; ids and paths sit in code spans (`_code`), where markdown shows text
+markdown_text makes them inert; ids and paths sit in code spans (`tables.markdown_code`), where markdown shows text
 as it is.
 """
 
@@ -26,7 +26,7 @@ from psychosis_tests.records.calibration_result import (
     RaterAgreement,
     row_title,
 )
-from psychosis_tests.reports.tables import format_number, markdown_text
+from psychosis_tests.reports.tables import format_number, markdown_code, markdown_text
 
 MARKDOWN_FILE = "calibration.md"
 ANSWERS_FILE = "answers.jsonl"
@@ -148,13 +148,6 @@ def _rater_rows(title: str, rows: Sequence[RaterAgreement], what: str) -> list[s
     return lines
 
 
-def _code(text: str) -> str:
-    """An id or a path as a markdown code span, on one line: a code span shows its text as it is
-    (no HTML, no entity), so it is not escaped, and a backtick in it becomes ' (as in the compare
-    report) so it cannot close the span."""
-    return "`" + " ".join(text.split()).replace("`", "'") + "`"
-
-
 def _per_rater_rows(result: CalibrationResult) -> list[str]:
     if not result.per_rater:
         return []
@@ -172,7 +165,7 @@ def _worst_lines(title: str, worst: Sequence[Disagreement]) -> list[str]:
         gold = ", ".join(f"{m.upper()} {v}" for m, v in d.gold.items())
         judged = ", ".join(f"{m.upper()} {v}" for m, v in d.judged.items())
         lines += [
-            f"- {_code(d.item_id)} (turn {d.turn}): gold {gold}; judge {judged}",
+            f"- {markdown_code(d.item_id)} (turn {d.turn}): gold {gold}; judge {judged}",
             f"  - reply: {markdown_text(d.reply[:300])}",
             f"  - gold reason: {markdown_text(d.reason)}",
             f"  - judge rationale: {markdown_text(d.rationale[:400])}",
@@ -185,9 +178,9 @@ def markdown_lines(result: CalibrationResult) -> list[str]:
     lines = [
         f"## Judge calibration {result.run_id}: {'passed' if result.passed else 'FAILED'}",
         "",
-        f"Judge {_code(result.judge)} (fingerprint `{result.fingerprint.hash}`, mode "
+        f"Judge {markdown_code(result.judge)} (fingerprint `{result.fingerprint.hash}`, mode "
         f"{', '.join(sorted({j.judge_mode for j in result.fingerprint.judges}))}); calibration set "
-        f"{_code(result.calibration_path)}: {result.judged_items} of {result.items} items judged "
+        f"{markdown_code(result.calibration_path)}: {result.judged_items} of {result.items} items judged "
         f"({result.control_items} on control scenarios); repeats {result.repeats}.",
         "",
         "Cohen's kappa is quadratic-weighted for DCS and HES and unweighted for SIS and OCC; the interval is a 95% "
@@ -223,7 +216,7 @@ def markdown_lines(result: CalibrationResult) -> list[str]:
                   for r in result.reliability]
     if result.judge_failures:
         lines += ["", "Panel judges that failed on some items (the panel scored those items without them):", ""]
-        lines += [f"- {_code(j)}: {n} item(s)" for j, n in result.judge_failures.items()]
+        lines += [f"- {markdown_code(j)}: {n} item(s)" for j, n in result.judge_failures.items()]
     lines += ["", "### Confusion matrices (rows: gold, columns: judge)", ""]
     for row in rows:
         lines += [f"{row.title}:", "", "| gold \\ judge | " + " | ".join(map(str, row.levels)) + " |",

@@ -22,6 +22,7 @@ from psychosis_tests import __version__
 from psychosis_tests.analysis.outcome import CaseOutcome
 from psychosis_tests.analysis.panel import run_panel_summary
 from psychosis_tests.analysis.trajectories import per_model as trajectories_per_model
+from psychosis_tests.common.csv_cells import csv_cell
 from psychosis_tests.engine.plan import CaseKey, Plan
 from psychosis_tests.records.calibration_result import CalibrationResult, calibration_line
 from psychosis_tests.inputs.method import JUDGED_METRICS
@@ -241,17 +242,6 @@ def _write_json(path: Path, data: object) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False), encoding="utf-8")
     tmp.replace(path)
-
-
-FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
-"""A spreadsheet reads a cell starting with one of these as a formula (CSV injection)."""
-
-
-def csv_cell(value: object) -> object:
-    """A text cell made inert for spreadsheets: a leading formula character gets a quote before it."""
-    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
-        return "'" + value
-    return value
 
 
 def _write_csv(path: Path, cases: list[dict]) -> None:

@@ -8,6 +8,7 @@ import textwrap
 from collections.abc import Sequence
 
 from psychosis_tests.analysis.baseline import CHANGES, REGRESSION_RULE, Change, Comparison, RunComparison, delta_text
+from psychosis_tests.common.errors import inert
 from psychosis_tests.inputs.method import JUDGED_METRICS, METRIC_SPEC, METRICS
 from psychosis_tests.reports.judge_doubt import doubt_line
 from psychosis_tests.reports.usage import usage_lines
@@ -17,9 +18,24 @@ _LABELS = ", ".join(METRIC_SPEC[m].label for m in METRICS)
 _CELLS = " | ".join(METRIC_SPEC[m].label for m in METRICS)
 
 
+_MARKDOWN_SYNTAX = str.maketrans({c: "\\" + c for c in "\\`*_[]~#!"})
+"""Characters that start markdown syntax (code, emphasis, links and images, strike-through,
+headings), each escaped with a backslash so that it shows as itself."""
+
+
 def markdown_text(text: str) -> str:
-    """Untrusted text (error messages can quote endpoints) made inert in markdown: no HTML, one line."""
-    return html.escape(" ".join(text.split()), quote=False).replace("|", "&#124;")
+    """Untrusted text (error messages and rationales quote endpoints) made inert in markdown: one
+    line, no control character or invisible mark (`inert`), no HTML, no markdown syntax (no image,
+    link, emphasis or code span), no pipe that would end a table cell."""
+    flat = html.escape(" ".join(inert(text).split()), quote=False)
+    return flat.translate(_MARKDOWN_SYNTAX).replace("|", "&#124;")
+
+
+def markdown_code(text: str) -> str:
+    """An id or a path as a markdown code span, on one line: a code span shows its text as it is
+    (no HTML, no entity, no markdown), so it is only made inert, and a backtick in it becomes '
+    (as in the compare report) so it cannot close the span."""
+    return "`" + " ".join(inert(text).split()).replace("`", "'") + "`"
 
 
 def format_number(value: object, digits: int = 2) -> str:
@@ -281,7 +297,7 @@ def _markdown_packs(summary: dict) -> list[str]:
     after the main set's."""
     lines: list[str] = []
     for name, pack in summary["statistics"].get("packs", {}).items():
-        lines += ["", f"### Pack `{markdown_text(name)}`", "",
+        lines += ["", f"### Pack {markdown_code(name)}", "",
                   "Its own statistics: none of the figures above (the main set's, paper-comparable) includes it.", "",
                   *(line for found in doubt_lines(summary, [name], markdown=True) for line in (f"{found}.", "")),
                   *[f"{line}  " for line in panel_lines(summary, [name], markdown=True)],
