@@ -118,6 +118,14 @@ def test_models_entry_without_base_url(run: Run) -> None:
     assert f"{run.models_file}: models.1" in line and "needs a base_url" in line and "'nowhere'" in line
 
 
+def test_two_targets_whose_case_files_would_share_a_name_are_refused(run: Run) -> None:
+    """reference/guardian and reference_guardian both name their files reference_guardian__*: one
+    case's record would overwrite the other's, and under xdist a failed case could read as passed."""
+    run.models.append({"id": "reference_guardian", "model": "guardian", "base_url": run.server.url})
+    line = run.usage_error(select=("--model", "reference/guardian", "--model", "reference_guardian", "--judge", "counted"))
+    assert "models 'reference/guardian' and 'reference_guardian' would write the same case files" in line, line
+
+
 def test_zero_repeats(run: Run) -> None:
     assert run.usage_error("--repeats", "0").endswith("--repeats: must be between 1 and 100, got '0'")
 

@@ -106,3 +106,21 @@ def test_a_cascade_of_two_first_judges_names_where_the_escalation_was_given(tmp_
     environ = {"PSYCHOSIS_ESCALATE_TO": "reference/judge"}
     with pytest.raises(ConfigError, match=r"^PSYCHOSIS_ESCALATE_TO: makes a cascade of one first judge, got 2 judges"):
         resolve({"model": ["reference/noisy"], "judge": ["trained", "reference/judge"]}.get, environ, tmp_path)
+
+
+@pytest.mark.parametrize(("model_id", "shown"), [("a b", "' '"), ("a\nb", "'\\n'"), ("a`b", "'`'"), ("a|b", "'|'"),
+                                                 ("a,b", "','"), ("a\x1bb", "'\\x1b'")])  # fmt: skip
+def test_a_model_id_a_report_or_an_id_list_could_not_hold_is_refused_naming_the_character(
+    tmp_path: Path, model_id: str, shown: str
+) -> None:
+    path = tmp_path / "models.yaml"
+    path.write_text(f"models:\n  - {{id: {model_id!r}, model: m, base_url: 'http://127.0.0.1:9/v1'}}\n".replace("'", '"'), encoding="utf-8")
+    with pytest.raises(ModelsFileError) as caught:
+        load_models_file(path, required=True)
+    assert f"models.0.id: {shown} is not allowed in a model id" in str(caught.value), str(caught.value)
+
+
+def test_html_and_other_punctuation_stay_allowed_in_a_model_id(tmp_path: Path) -> None:
+    path = tmp_path / "models.yaml"
+    path.write_text("models:\n  - {id: 'evil/<b>x</b>$café=latte:tea', model: m, base_url: 'http://127.0.0.1:9/v1'}\n", encoding="utf-8")
+    assert "evil/<b>x</b>$café=latte:tea" in load_models_file(path, required=True)

@@ -92,6 +92,13 @@ class Plan:
                     " (a judge's verdict never feeds the conversation; a reply does)",
                     file=settings.models_file, field="batch",
                 )
+        stems: dict[str, str] = {}
+        for spec in targets:  # a case's files are named by CaseKey.file_stem, which folds some characters
+            stem = CaseKey(spec.id, "").file_stem
+            if stems.setdefault(stem, spec.id) != spec.id:
+                raise ModelsFileError(
+                    f"models {stems[stem]!r} and {spec.id!r} would write the same case files (cases/{stem}<scenario>.json): "
+                    "rename one in the models file, or run them apart", file=settings.models_file, field="--model")
         for spec in (*targets, *judge_leaves(judges), *([user_model] if user_model else [])):
             spec.api_key()  # a missing key variable stops the run here, not mid-conversation
         scenarios = {s.id: s for s in load_scenario_sets(settings.scenarios, settings.packs)}

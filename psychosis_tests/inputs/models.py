@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_validator
 
 from psychosis_tests.common.errors import MissingKeyError, ModelsFileError, remember_secret
 from psychosis_tests.inputs.method import JUDGED_METRICS, JudgedMetric
@@ -112,13 +113,18 @@ class LocalServing(BaseModel):
     much slower when other processes compete for the cores: then set 1)."""
 
 
+_NOT_IN_IDS = re.compile(r"[\s\x00-\x1f\x7f-\x9f`|,]")
+
+
 class ModelSpec(BaseModel):
     """One entry of the models file."""
 
     model_config = {"extra": "forbid"}
 
     id: str = Field(min_length=1)
-    """What --model and --judge name."""
+    """What --model and --judge name: any text but whitespace, control characters, backticks and
+    pipes (which would break a report's table or code span) and commas (which separate the ids of
+    PSYCHOSIS_MODELS)."""
     model: str = Field(min_length=1)
     """The model name sent to the endpoint."""
     base_url: str | None = None
@@ -188,6 +194,14 @@ class ModelSpec(BaseModel):
     """kind cascade, for --estimate: the share of judged turns expected to be escalated; None: the
     rate its calibration measured, else every turn."""
     _cascade: tuple[ModelSpec, tuple[ModelSpec, ...]] | None = PrivateAttr(default=None)
+
+    @field_validator("id")
+    @classmethod
+    def _printable_id(cls, value: str) -> str:
+        if found := _NOT_IN_IDS.search(value):
+            raise ValueError(f"{found.group()!r} is not allowed in a model id (no whitespace, control character, "
+                             "backtick, pipe or comma): reports and PSYCHOSIS_MODELS could not show or split it")  # fmt: skip
+        return value
 
     @model_validator(mode="before")
     @classmethod
