@@ -229,13 +229,20 @@ def test_find_calibration_matches_the_set_measured_and_the_shipped_result_stands
     from psychosis_tests.inputs.models import builtin_models
     from psychosis_tests.records.calibration_result import SHIPPED_SET, find_calibration
 
+    from psychosis_tests.inputs.calibration import set_hash
+
     reports, mine = tmp_path / "reports", tmp_path / "my set"
+    mine.mkdir()
+    (mine / "a.yaml").write_text("items: []\n", encoding="utf-8")
     fingerprint = judge_fingerprint([builtin_models()["reference/judge"]]).hash
-    _stored_result(reports, "r1", str(mine), passed=True)
+    _stored_result(reports, "r1", str(mine), passed=True, set_sha256=set_hash(mine))
     _stored_result(reports, "r2", str(tmp_path / "packs" / "clinical" / "calibration"), passed=False)
     _stored_result(reports, "r3", str(mine), passed=False, item_files=[str(mine)])  # --items, whatever its path
     _stored_result(reports, "r4", "judge_holdout/smollm2", passed=False)  # --items, written before item_files
-    shipped = _stored_result(tmp_path / "shipped", "r5", "/another/machine/calibration", passed=True)
+    shipped = _stored_result(tmp_path / "shipped", "r5", "/another/machine/calibration", passed=True,
+                             set_sha256=set_hash(SHIPPED_SET))  # fmt: skip
+    _stored_result(reports, "r6", str(mine), passed=True, set_sha256="0" * 64)  # newer, but on other contents
+    _stored_result(reports, "r7", str(mine), passed=True)  # newer, written before results recorded the contents
 
     def found(calibration_set: Path | None) -> tuple[str, str] | None:
         result = find_calibration(reports, fingerprint, calibration_set=calibration_set, shipped=shipped)
@@ -244,8 +251,10 @@ def test_find_calibration_matches_the_set_measured_and_the_shipped_result_stands
     assert found(mine) == ("r1", str(mine))
     assert found(SHIPPED_SET) == ("r5", str(SHIPPED_SET))  # named as this checkout's calibration/
     assert found(tmp_path / "elsewhere") is None
-    assert found(None) == ("r5", "/another/machine/calibration")  # any set: --estimate's escalation rate
+    assert found(None) == ("r7", str(mine))  # any set: --estimate's escalation rate
     assert find_calibration(reports, fingerprint, calibration_set=SHIPPED_SET, shipped=None) is None
+    (mine / "a.yaml").write_text("items: []\n# edited\n", encoding="utf-8")
+    assert found(mine) is None  # the set was edited after r1 measured it
 
 
 def test_pytest_mark_judge_calibration_runs_the_gate_as_tests(tmp_path: Path, fixture_set: Path) -> None:
@@ -419,7 +428,7 @@ def test_a_low_occ_kappa_fails_the_gate_and_the_output_ends_with_what_to_do_next
     assert all(passed for key, (_, passed) in verdicts.items() if key != ("occ", "control"))
     assert not result["passed"]
     out = done.stdout.strip().splitlines()
-    failed_at = out.index("FAILED the calibration gate (thresholds.yaml calibration.min_kappa)")
+    failed_at = out.index(f"FAILED the calibration gate ({REPO / 'thresholds.yaml'} calibration.min_kappa)")
     assert out[failed_at + 1].startswith("run folder: ")
     assert out[failed_at + 2] == "What to do next:"
     advice = "\n".join(out[failed_at + 2:])
@@ -554,3 +563,27 @@ def test_calibration_md_shows_a_hostile_rationale_and_reply_as_plain_text() -> N
     # Markdown renders each backslash pair as one backslash: the reader sees \x1b[31mred ... ![pixel](...
     assert rationale.endswith(r"\\x1b\[31mred\\x1b\]0;title\\x07 \\x9b2J \\u202e \!\[pixel\](http://attacker.invalid/p.png) "
                               r"\[login\](http://attacker.invalid) \*\*now\*\* \`x\` &#124; cell")
+
+
+def test_a_run_judges_a_calibration_by_its_own_thresholds_and_only_on_the_sets_contents_as_measured(
+    tmp_path: Path, fixture_set: Path
+) -> None:
+    """A calibration passed under a lenient thresholds file does not pass a run gated by the default
+    one; and a result on a set edited since is no result for it."""
+    _flip_occ(fixture_set)  # the reference judge now gets OCC wrong: kappa -1
+    lenient = _thresholds_with(tmp_path, occ=-1.0)
+    done = _calibrate(tmp_path, "--judge", "reference/judge", "--calibration", str(fixture_set), "--thresholds", str(lenient),
+                      *FEW_RESAMPLES)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"PASSED the calibration gate ({lenient} calibration.min_kappa)" in done.stdout
+    strict = _bench(tmp_path, "--judge=reference/judge", f"--calibration={fixture_set}", "--require-calibrated-judge")
+    assert strict.returncode == 4, strict.stdout + strict.stderr
+    assert f"FAILS the calibration gate on calibration set {fixture_set} (" in strict.stderr
+    same = _bench(tmp_path, "--judge=reference/judge", f"--calibration={fixture_set}", f"--thresholds={lenient}",
+                  "--require-calibrated-judge")  # fmt: skip
+    assert same.returncode == 0, same.stdout + same.stderr
+    edited = next(fixture_set.glob("*.yaml"))
+    edited.write_text(edited.read_text(encoding="utf-8") + "\n# edited after the calibration\n", encoding="utf-8")
+    stale = _bench(tmp_path, "--judge=reference/judge", f"--calibration={fixture_set}", f"--thresholds={lenient}",
+                   "--require-calibrated-judge")  # fmt: skip
+    assert stale.returncode == 4 and "judge not calibrated" in stale.stderr, stale.stdout + stale.stderr

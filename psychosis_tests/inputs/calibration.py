@@ -15,6 +15,7 @@ exactly the metrics of their turn, as before.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -310,6 +311,17 @@ def calibration_files(path: Path) -> list[Path]:
     if not path.exists():
         raise CalibrationError("calibration set not found (give a folder of *.yaml files or one file)", file=path)
     return [path]
+
+
+def set_hash(path: Path) -> str:
+    """SHA-256 over the set's files (`calibration_files`: each file's name and bytes, in name order):
+    a calibration result is about these contents, and an edited set needs a new calibration."""
+    digest = hashlib.sha256()
+    for file in calibration_files(path):
+        content = file.read_bytes()
+        digest.update(f"{file.name}\0{len(content)}\0".encode())
+        digest.update(content)
+    return digest.hexdigest()
 
 
 def parse_calibration_file(path: Path) -> CalibrationFile:

@@ -19,6 +19,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
+from psychosis_tests.common.errors import CalibrationError
+from psychosis_tests.inputs.calibration import set_hash
 from psychosis_tests.inputs.judge_identity import JudgeFingerprint
 from psychosis_tests.inputs.method import METRIC_SPEC, ScenarioKind, gated_metrics
 
@@ -194,6 +196,12 @@ class CalibrationResult(BaseModel):
     item_files: list[str] = Field(default_factory=list)
     """--items: the labelled judge-item files measured instead of a calibration set (empty for a
     calibration set). Such a result never stands for a benchmark run's calibration."""
+    set_sha256: str | None = None
+    """The calibration set's contents when it was scored (`inputs.calibration.set_hash`); a run
+    takes the result only while its set still has them. None with --items, and in results written
+    before the suite recorded it (a run does not take those)."""
+    gate_file: str | None = None
+    """The thresholds file whose `calibration.min_kappa` gated the result (each row's `minimum`)."""
     items: int
     """Items in the set."""
     control_items: int = 0
@@ -233,6 +241,14 @@ class CalibrationResult(BaseModel):
     empty unless every verdict carried probabilities (the trained judge alone does)."""
     passed: bool
     """Every gated row's kappa at or above its minimum and no item in error."""
+
+    def gated_by(self, min_kappa: dict[str, float], gate_file: Path | str) -> CalibrationResult:
+        """This result judged by another gate's minimums (a benchmark run's own thresholds file):
+        each gated row's minimum and verdict, and the overall verdict, recomputed from its kappas."""
+        rows = [m.model_copy(update={"minimum": min_kappa[m.metric], "passed": m.kappa is not None and m.kappa >= min_kappa[m.metric]})
+                for m in self.metrics]  # fmt: skip
+        passed = not self.errors and all(m.passed for m in rows)
+        return self.model_copy(update={"metrics": rows, "passed": passed, "gate_file": str(gate_file)})
 
     def summary_line(self) -> str:
         """One line for a benchmark run's header and summary."""
@@ -275,6 +291,7 @@ def find_calibration(
     never gives a run its gate status. None takes a result on any set, for a reader that wants any
     measurement of the judge rather than a status (--estimate's escalation rate, train-judge)."""
     wanted = calibration_set.resolve() if calibration_set is not None else None
+    contents = _contents(calibration_set) if calibration_set is not None else None
     found: list[CalibrationResult] = []
     paths = list(report_dir.glob(f"*/{CALIBRATION_FILE}")) if report_dir.is_dir() else []
     for path in [*paths, *([shipped] if shipped is not None and shipped.is_file() else [])]:
@@ -288,9 +305,19 @@ def find_calibration(
             measured = SHIPPED_SET if path == shipped else Path(result.calibration_path)
             if result.item_files or not measured.is_absolute() or measured.resolve() != wanted:
                 continue
+            if result.set_sha256 is None or result.set_sha256 != contents:
+                continue  # the set was edited since (or the result predates the record of its contents)
             result = result.model_copy(update={"calibration_path": str(calibration_set)})  # named as the run names it
         found.append(result)
     return max(found, key=lambda r: (r.finished_at, r.run_id)) if found else None
+
+
+def _contents(calibration_set: Path) -> str | None:
+    """The set's `set_hash`, None when it cannot be read (then no result matches it)."""
+    try:
+        return set_hash(calibration_set)
+    except (OSError, CalibrationError):
+        return None
 
 
 def calibration_line(calibration: CalibrationResult | None) -> str:
@@ -298,7 +325,7 @@ def calibration_line(calibration: CalibrationResult | None) -> str:
     if calibration is None:
         return (
             "judge not calibrated: no calibration result for this judge's fingerprint on the run's calibration set "
-            "(calibration/ or --calibration) in the report folder (run `python -m psychosis_tests calibrate` with the "
-            "same --judge, --models-file and --calibration)"
+            "(calibration/ or --calibration), with the set's files as they are now, in the report folder (run `python -m "
+            "psychosis_tests calibrate` with the same --judge, --models-file and --calibration)"
         )
     return calibration.summary_line()

@@ -115,7 +115,7 @@ def terminal_lines(result: CalibrationResult) -> list[str]:
         lines.append(escalation_line(result))
     if result.reliability:
         lines.append(reliability_line(result))
-    lines.append(("PASSED" if result.passed else "FAILED") + " the calibration gate (thresholds.yaml calibration.min_kappa)")
+    lines.append(("PASSED" if result.passed else "FAILED") + f" the calibration gate ({result.gate_file or 'thresholds.yaml'} calibration.min_kappa)")
     return lines
 
 

@@ -59,10 +59,12 @@ class BenchmarkSession:
         self.started_at = dt.datetime.now(dt.timezone.utc)
         self.servers = SuiteServers()
         """The suite's own servers this run needs (none until start_servers)."""
-        self.calibration: CalibrationResult | None = find_calibration(
-            plan.settings.report_dir, plan.judge_fingerprint().hash, calibration_set=plan.settings.calibration
+        found = find_calibration(plan.settings.report_dir, plan.judge_fingerprint().hash, calibration_set=plan.settings.calibration)
+        self.calibration: CalibrationResult | None = (
+            found.gated_by(plan.thresholds.calibration.min_kappa, plan.settings.thresholds) if found is not None else None
         )
-        """The newest calibration result for this run's judge fingerprint on its calibration set, if any."""
+        """The newest calibration result for this run's judge fingerprint on its calibration set, if any,
+        passed or failed by this run's own thresholds file (`calibrate` may have gated it with another)."""
         self.records: dict[CaseKey, CaseRecord] = {}
         """Each case's result, once its test reported (or the run ended without it)."""
         self.finished: dict[CaseKey, CaseOutcome | CaseError] = {}

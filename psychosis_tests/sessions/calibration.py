@@ -19,7 +19,7 @@ from psychosis_tests.analysis.calibration import calibration_result
 from psychosis_tests.common.errors import CaseError, ConfigError
 from psychosis_tests.engine.calibration_run import judge_calibration_set
 from psychosis_tests.engine.panel import JudgePanel
-from psychosis_tests.inputs.calibration import CalibrationSet, load_calibration
+from psychosis_tests.inputs.calibration import CalibrationSet, load_calibration, set_hash
 from psychosis_tests.records.calibration_result import (
     CALIBRATION_FILE,
     CalibrationResult,
@@ -70,6 +70,8 @@ class CalibrationSession:
             calibration_set_from_items(item_files) if item_files else load_calibration(calibration_path, scenarios)
         )
         self.item_files = [str(path) for path in item_files or []]
+        self.set_sha256 = None if item_files else set_hash(calibration_path)
+        """The set's contents as read (`set_hash`), which the result vouches for."""
         self.judge_repeats = judge_repeats
         self.resamples = resamples
         self.run_dir = run_dir or settings.report_dir / f"{new_run_id()}-calibration"
@@ -101,7 +103,11 @@ class CalibrationSession:
             run_id=self.run_dir.name,
             repeats=self.judge_repeats,
             resamples=self.resamples,
-        ).model_copy(update={"item_files": self.item_files})  # a result on --items is no run's calibration
+        ).model_copy(update={
+            "item_files": self.item_files,  # a result on --items is no run's calibration
+            "set_sha256": self.set_sha256,
+            "gate_file": str(settings.thresholds),
+        })  # fmt: skip
         write_calibration_files(self.run_dir, result, judgements)
         return result
 
