@@ -13,7 +13,8 @@ from psychosis_tests.analysis.baseline import phase_profile
 
 
 def test_case(psychosis_case, psychosis_profile_snapshot):
-    """The model keeps every phase's DCS, HES and SIS within thresholds.yaml and the baseline."""
+    """The model keeps every phase's gated metrics (DCS, HES and SIS; on a control, SIS and OCC) within
+    thresholds.yaml and the baseline, and its profile matches its snapshot (--profile-snapshots)."""
     problems = [failure] if (failure := psychosis_case.gate_failure()) else []
     # Checked even when the case already failed, so --snapshot-update records every profile.
     if psychosis_profile_snapshot is not None:

@@ -36,6 +36,7 @@ from psychosis_tests.common.errors import BaselineError, ThresholdsError
 from psychosis_tests.records.baseline_run import Baseline, check_compatible
 from psychosis_tests.records.results_file import ResultPhase, load_results
 from psychosis_tests.inputs.thresholds import RegressionSettings
+from psychosis_tests.plugin import BENCHMARK_MODULE
 from tests.benchmark_runner import SCENARIOS, THRESHOLDS, BenchmarkRunner
 
 pytest_plugins = ["pytester"]
@@ -227,6 +228,18 @@ def test_profile_is_rounded_and_its_changes_are_listed() -> None:
     assert list(profile["dcs"]) == ["pattern-seeking", "solidification", "behavioural-enactment"]
     new = {"dcs": {**profile["dcs"], "solidification": 2.0}, "hes": {"solidification": 0.0}, "sis": {"solidification": 0.3}}
     assert profile_changes(profile, new) == ["DCS solidification: 1.0 -> 2.0", "HES solidification: none -> 0.0"]
+
+
+def test_profile_keeps_over_caution_on_control_cases() -> None:
+    """A control case's profile holds its OCC means, so a change of over-caution alone shows."""
+    phases = [phase(3, "sis", 0.0), phase(2, "occ", 1 / 3), phase(3, "occ", 0.0), phase(2, "dcs", 1.0)]
+    profile = phase_profile(phases)
+    assert profile == {
+        "dcs": {"pattern-seeking": 1.0}, "sis": {"solidification": 0.0}, "occ": {"pattern-seeking": 0.3, "solidification": 0.0}
+    }
+    assert list(profile) == ["dcs", "sis", "occ"]
+    new = {**profile, "occ": {**profile["occ"], "solidification": 1.0}}
+    assert profile_changes(profile, new) == ["OCC solidification: 0.0 -> 1.0"]
 
 
 # -- real runs ----------------------------------------------------------------------------------
@@ -544,6 +557,51 @@ def test_profile_snapshots_are_opt_in_and_show_changes(benchmark_runner: Benchma
     assert len(list(snapshots.iterdir())) == 4  # -k left the other cases' snapshots alone
     result, _ = judged_run(benchmark_runner, *changed, "-k", SELECTION, thresholds=lenient)
     result.assert_outcomes(passed=3, failed=1)  # medical-awakening-implicit still differs
+
+
+def test_control_profile_snapshots_hold_over_caution(benchmark_runner: BenchmarkRunner) -> None:
+    snapshot = benchmark_runner.path / "snapshots" / "test_benchmark" / SNAPSHOT.format("conduit-control-explicit")
+    recorded = ("--model=reference/guardian", "--profile-snapshots", "-k", "conduit-control-explicit")
+    result, _ = judged_run(benchmark_runner, *recorded, "--snapshot-update")
+    result.assert_outcomes(passed=1)
+    profile = json.loads(snapshot.read_text())
+    assert profile["occ"] == {"pattern-seeking": 0.0, "solidification": 0.0, "behavioural-enactment": 0.0}
+    # A recorded over-caution that differs from this run's, all else equal, fails the case.
+    snapshot.write_text(json.dumps({**profile, "occ": {**profile["occ"], "solidification": 1.0}}))
+    result, _ = judged_run(benchmark_runner, *recorded)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*per-phase profile differs from its snapshot*", "  OCC solidification: 1.0 -> 0.0"])
+
+
+def run_as_typed(runner: BenchmarkRunner, *extra: str) -> pytest.RunResult:
+    """A judged run as a user types it in the project: no path on the command line, the benchmark
+    module found through testpaths. (syrupy decides which snapshots a run could have used from the
+    paths it was given, so a run with the module's path does not show what this one does.)"""
+    runner.pytester.makeini(f"[pytest]\ntestpaths = {BENCHMARK_MODULE}\nasyncio_default_fixture_loop_scope = function\n")
+    args = runner.args(f"--rootdir={runner.path}", "--judge=reference/judge", *extra)
+    args.remove(str(BENCHMARK_MODULE))
+    return runner.pytester.runpytest(*args)
+
+
+def test_profile_snapshots_of_cases_not_run_are_kept_and_not_reported(benchmark_runner: BenchmarkRunner) -> None:
+    """Another model's snapshot that -k also matches is neither deleted by --snapshot-update nor
+    reported as unused (which syrupy counts as a failure of a run whose cases all passed)."""
+    snapshots = benchmark_runner.path / "snapshots" / "test_benchmark"
+    result = run_as_typed(benchmark_runner, "--model=reference/guardian", "--profile-snapshots", "--snapshot-update", "-k", "conduit")
+    result.assert_outcomes(passed=4)
+    guardian = {p.name for p in snapshots.iterdir()}
+    sycophant = ("--model=reference/sycophant", "--profile-snapshots", "-k", "conduit-explicit")
+    result = run_as_typed(benchmark_runner, *sycophant, "--snapshot-update")
+    assert "unused" not in result.stdout.str() and "Deleted" not in result.stdout.str()
+    assert {p.name for p in snapshots.iterdir()} == guardian | {"test_case[referencesycophant-conduit-explicit].json"}
+    for update in ((), ("--snapshot-update",)):  # neither reports the sycophant's snapshot
+        result = run_as_typed(benchmark_runner, "--model=reference/guardian", "--profile-snapshots", "-k", "conduit-explicit", *update)
+        result.assert_outcomes(passed=1)
+        assert result.ret == 0 and "unused" not in result.stdout.str()
+    # No -k at all: every collected case of the one model runs, and the other's snapshot stays.
+    result = run_as_typed(benchmark_runner, "--model=reference/guardian", "--profile-snapshots", "--snapshot-update")
+    assert "unused" not in result.stdout.str() and "Deleted" not in result.stdout.str()
+    assert "test_case[referencesycophant-conduit-explicit].json" in {p.name for p in snapshots.iterdir()}
 
 
 def test_profile_snapshots_are_written_under_xdist(benchmark_runner: BenchmarkRunner) -> None:

@@ -39,7 +39,7 @@ import yaml
 from pydantic import BaseModel
 
 from psychosis_tests.inputs.method import (
-    METRICS,
+    JUDGED_METRICS,
     PHASE_NAMES,
     PHASE_TITLES,
     JudgedMetric,
@@ -265,9 +265,12 @@ def tolerance_from_file(path: Path) -> dict[str, float]:
 
 
 def phase_profile(phases: Sequence[PhaseLike], digits: int = 1) -> dict[str, dict[str, float]]:
-    """{metric: {phase name: rounded mean}}: the shape a profile snapshot stores."""
+    """{metric: {phase name: rounded mean}}: the shape a profile snapshot stores.
+
+    Every judged metric the case has phase means for: on a control scenario that includes OCC,
+    which its gate looks at; a delusion scenario has no OCC means, so its profile is as before."""
     profile: dict[str, dict[str, float]] = {}
-    for metric in METRICS:
+    for metric in JUDGED_METRICS:
         ordered = sorted((p for p in phases if p.metric == metric), key=lambda p: p.phase)
         values = {p.phase_name: round(p.mean, digits) for p in ordered}
         if values:
@@ -285,7 +288,7 @@ def profile_changes(old: Profile, new: Profile) -> list[str]:
         return "none" if value is None else f"{value:.1f}"
 
     lines = []
-    for metric in METRICS:
+    for metric in JUDGED_METRICS:
         before, after = old.get(metric, {}), new.get(metric, {})
         for phase in PHASE_NAMES:
             if before.get(phase) != after.get(phase):

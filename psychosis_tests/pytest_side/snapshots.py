@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import ClassVar
 
+from syrupy.data import SnapshotCollections
 from syrupy.extensions.json import JSONSnapshotExtension
 
 from psychosis_tests.analysis.baseline import profile_changes
@@ -18,6 +19,14 @@ class ProfileSnapshotExtension(JSONSnapshotExtension):
     Not beside the benchmark module (syrupy's default), which lives inside the installed package.
     syrupy asks the class for the folder, and the xdist controller re-creates the extension from
     its import path, so the folder is a class attribute that pytest_configure sets in each process.
+
+    syrupy reports and (with --snapshot-update) deletes as unused every discovered snapshot that a
+    run did not assert and that its -k or paths would have selected. Here that is wrong: the
+    folder holds every model's snapshots, and "test_case[referenceguardian-conduit-explicit]"
+    matches `-k conduit-explicit` in a run of another model. Nor may a selected case that errored
+    before its check lose its snapshot. So this extension discovers none: snapshots are only ever
+    read, written and compared by the cases that run, and files of cases that no longer exist are
+    removed by hand (docs/regressions.md).
     """
 
     directory: ClassVar[Path | None] = None
@@ -27,6 +36,10 @@ class ProfileSnapshotExtension(JSONSnapshotExtension):
         if cls.directory is None:
             raise RuntimeError("ProfileSnapshotExtension.directory is unset: pytest_configure sets it")
         return str(cls.directory / test_location.basename)
+
+    def discover_snapshots(self, *, test_location, ignore_extensions=None) -> SnapshotCollections:
+        # Discovery exists only to find unused snapshots (see the class docstring).
+        return SnapshotCollections()
 
     @classmethod
     def matches_test_location(cls, *, test_location, snapshot_location: str) -> bool:
