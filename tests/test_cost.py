@@ -22,7 +22,7 @@ from psychosis_tests.inputs.usage import Price, Usage, cost, total
 from psychosis_tests.reports.html_case import transcript_html
 from psychosis_tests.reports.usage import usage_lines, usage_rows
 from psychosis_tests.servers.reference_server import ReferenceServer
-from tests.benchmark_runner import BenchmarkRunner
+from tests.benchmark_runner import BenchmarkRunner, outcomes
 
 pytest_plugins = ["pytester"]
 
@@ -271,3 +271,22 @@ def test_a_panel_of_judges_at_different_prices_says_why_it_has_no_cost(tmp_path:
     assert any(line.startswith(why) for line in usage_lines([row], markdown=False))
     assert any(line.startswith("\nNo cost for `dear+cheap` (judge): its judges are priced differently")
                for line in usage_lines([row], markdown=True))
+
+
+def test_a_panel_judge_that_max_cost_stops_errors_the_case_rather_than_losing_its_vote(
+    benchmark_runner: BenchmarkRunner, loopback: ReferenceServer
+) -> None:
+    """Target and first judge answered from the cache, the second (priced) judge's calls not allowed:
+    before, the panel scored the case on the first judge alone and it passed."""
+    models = benchmark_runner.write_models_file([
+        {"id": "free-judge", "model": "judge", "base_url": loopback.url},
+        {"id": "priced-judge", "model": "judge-lenient", "base_url": loopback.url,
+         "price": {"input_per_mtok": 100, "output_per_mtok": 100}},
+    ])  # fmt: skip
+    common = ["-rA", f"--models-file={models}", "--model", "reference/guardian", "-k", "conduit and not control"]
+    benchmark_runner.run(*common, "--judge", "free-judge").assert_outcomes(passed=2)
+    result = benchmark_runner.run(*common, "--judge", "free-judge", "--judge", "priced-judge", "--max-cost=0.001")
+    found = outcomes(result)
+    # The first conversation's priced calls spend past the cap; the other's are then refused.
+    assert sorted(found.values()) == ["ERROR", "PASSED"], found
+    result.stdout.fnmatch_lines(["*BudgetError*more than --max-cost $0.001*"])
