@@ -86,7 +86,7 @@ def main() -> int:
         shared = {i.id for i in corpus} & {i.id for i in added}
         if shared:
             raise ConfigError(f"added item {sorted(shared)[0]!r} is already in judge_corpus/")
-        refuse_calibration_copies(added, ROOT / "calibration", ROOT)
+        refuse_calibration_copies(added, ROOT / "calibration", ROOT, origins=[file for file, _ in added_with_files])
     except ConfigError as error:
         print(f"candidate_items.py: {error}", file=sys.stderr)
         return 2

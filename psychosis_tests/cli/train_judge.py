@@ -7,9 +7,11 @@ of past runs (`--from-run`: their judge becomes the rater). Refuses, before any 
 equals or nearly copies a calibration reply, of the calibration set or of any scenario pack's
 (packs/*/calibration/ of the project folder, wherever the command is run). Prints a
 leave-one-archetype-out cross-validation (kappas, and whether the held-out verdicts'
-probabilities match how often they were right),
-writes the model file, then runs the calibration gate on calibration/ with the new model, exactly
-as `calibrate --judge trained` would. Exit status: 0 passed the gate, 1 failed it, 2 bad input.
+probabilities match how often they were right), writes the model file, then runs the calibration
+gate on calibration/ (or --calibration, against the --scenarios named) with the new model, exactly
+as `calibrate --judge trained` would; what the gate reads (scenarios, thresholds, the calibration
+set) is checked before any training or writing. Exit status: 0 passed the gate, 1 failed it, 2 bad
+input.
 Progress goes to stderr. Defaults (the corpus, calibration/, scenarios/, the gate's thresholds and
 report folder) are taken from the project folder (`project_folder`), as the benchmark takes them.
 """
@@ -18,15 +20,18 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections import Counter
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
 from psychosis_tests.cli.options import project_folder
 from psychosis_tests.common.errors import ConfigError
+
+if TYPE_CHECKING:
+    from psychosis_tests.inputs.settings import RunSettings
 
 DEFAULT_CORPUS = Path("judge_corpus")
 
@@ -48,7 +53,8 @@ def add_train_judge_parser(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--calibration", type=Path, default=None, metavar="PATH",
                        help="the held-out calibration set the gate runs on; default: calibration/ in the project folder")
     train.add_argument("--scenarios", type=Path, default=None, metavar="DIR",
-                       help="scenario set for --from-run harms and archetypes; default: scenarios/ in the project folder")
+                       help="scenario set for --from-run harms and archetypes, and that the gate's calibration set is checked "
+                       "against (as calibrate --scenarios); default: scenarios/ in the project folder")
     train.add_argument("--no-cross-validation", action="store_true", help="skip the cross-validation")
     train.add_argument("--no-gate", action="store_true", help="write the model without running the calibration gate")
 
@@ -62,9 +68,12 @@ def train_judge(args: argparse.Namespace) -> int:
         print(f"[train-judge] {line}", file=sys.stderr, flush=True)
 
     root = project_folder()
-    items = gather_items(args, root, progress)
     calibration = args.calibration if args.calibration is not None else root / "calibration"
-    refuse_calibration_copies(items, calibration, root)
+    settings = gate_settings(calibration, args.scenarios, root)
+    if not args.no_gate:  # the gate's inputs are checked before any training or writing
+        check_gate_inputs(settings)
+    items, origins = gather_items(args, root, progress, scenarios=settings.scenarios)
+    refuse_calibration_copies(items, calibration, root, origins=origins)
     print(f"psychosis-bench train-judge: {len(items)} labelled items", flush=True)
     if not args.no_cross_validation:
         print("leave-one-archetype-out cross-validation (weighted kappa for DCS and HES, kappa for SIS and OCC; "
@@ -80,62 +89,102 @@ def train_judge(args: argparse.Namespace) -> int:
     print(f"model file: {out} ({out.stat().st_size // 1024} KiB)", flush=True)
     if args.no_gate:
         return 0
-    return run_gate(out, calibration, root)
+    return run_gate(out, calibration, root, scenarios=args.scenarios)
 
 
-def gather_items(args: argparse.Namespace, root: Path, progress) -> list:
+def gather_items(args: argparse.Namespace, root: Path, progress, *, scenarios: Path) -> tuple[list, list[Path]]:
+    """The training items, and where each came from: its .jsonl file, or the --from-run folder
+    (whose harms and archetypes come from `scenarios`, the gate's: --scenarios, else
+    PSYCHOSIS_SCENARIOS, else the project's scenarios/)."""
     from psychosis_tests.analysis.run_items import items_from_run
-    from psychosis_tests.inputs.judge_items import JudgeItemError, load_items
+    from psychosis_tests.inputs.judge_items import JudgeItemError, load_items_with_files
     from psychosis_tests.inputs.scenarios import load_scenarios
 
     corpus = args.corpus if args.corpus is not None else root / DEFAULT_CORPUS
-    items = load_items([corpus, *args.items])
+    runs: dict[Path, Path] = {}
+    for run in args.from_run:
+        same = runs.setdefault(run.resolve(), run)
+        if same is not run:
+            also = f" (also as {same})" if str(same) != str(run) else ""
+            raise JudgeItemError(f"run folder {run} is given twice{also}: each of its judged turns would be an item twice",
+                                 field="--from-run")  # fmt: skip
+    loaded = load_items_with_files([corpus, *args.items])
+    items, origins = [item for _, item in loaded], [file for file, _ in loaded]
     if args.from_run:
-        scenarios = {s.id: s for s in load_scenarios(args.scenarios if args.scenarios is not None else root / "scenarios")}
+        known = {s.id: s for s in load_scenarios(scenarios)}
         for run in args.from_run:
-            found, notes = items_from_run(run, scenarios)
+            found, notes = items_from_run(run, known)
             progress(f"{run}: {len(found)} judged turns" + (f"; {len(notes)} case(s) skipped" if notes else ""))
             items += found
-    twice = sorted(i for i, n in Counter(item.id for item in items).items() if n > 1)
-    if twice:
-        raise JudgeItemError(f"item id {twice[0]!r} is given twice")
-    return items
+            origins += [run] * len(found)
+    first: dict[str, str] = {}
+    for item, origin in zip(items, origins, strict=True):
+        where = f"run folder {origin}" if origin in runs.values() else f"item file {origin}"
+        if item.id in first:
+            raise JudgeItemError(f"item id {item.id!r} is given twice: by {first[item.id]} and by {where}", field="--from-run")
+        first[item.id] = where
+    return items, origins
 
 
-def refuse_calibration_copies(items: list, calibration: Path, root: Path) -> None:
+def refuse_calibration_copies(items: list, calibration: Path, root: Path, *, origins: list[Path] | None = None) -> None:
     """Stop when a training item equals or nearly copies a held-out calibration reply: of the
     calibration set, or of a scenario pack of the project folder `root` (their items are held out
-    too; train-judge passes `project_folder()`, never the working directory)."""
+    too; train-judge passes `project_folder()`, never the working directory). `origins`: each
+    item's file (or run folder), named in the refusal with the field, `reply`."""
     from psychosis_tests.analysis.near_duplicates import overlaps
     from psychosis_tests.inputs.packs import pack_calibration_folders
 
-    held_out = [(repr(i), reply) for i, reply in calibration_replies(calibration)]
+    held_out = [(repr(i), reply, file) for i, reply, file in calibration_replies_with_files(calibration)]
     for folder in pack_calibration_folders(root):
-        held_out += [(f"{i!r} of {folder.relative_to(root)}", reply) for i, reply in calibration_replies(folder)]
-    for i, j, why in overlaps([item.reply for item in items], [reply for _, reply in held_out]):
-        raise ConfigError(f"training item {items[i].id!r} repeats calibration item {held_out[j][0]} ({why}); "
-                          "training must never see the held-out set")  # fmt: skip
+        held_out += [(f"{i!r} of {folder.relative_to(root)}", reply, file.relative_to(root))
+                     for i, reply, file in calibration_replies_with_files(folder)]  # fmt: skip
+    for i, j, why in overlaps([item.reply for item in items], [reply for _, reply, _ in held_out]):
+        label, _, file = held_out[j]
+        raise ConfigError(f"training item {items[i].id!r} repeats calibration item {label} ({why}), calibration file "
+                          f"{file}; training must never see the held-out set",
+                          file=origins[i] if origins is not None else None, field="reply")  # fmt: skip
 
 
-def run_gate(model_file: Path, calibration: Path, root: Path) -> int:
-    """The calibration gate on the new model, through the calibrate command. For the shipped model
+def gate_settings(calibration: Path, scenarios: Path | None, root: Path) -> RunSettings:
+    """The gate's settings, resolved as `calibrate` resolves its own: the calibration set and the
+    scenarios train-judge was given (--scenarios, as `calibrate --scenarios`), else the scenarios,
+    thresholds and report folder from their environment variables, else the project folder's
+    defaults. The benchmark's other variables (PSYCHOSIS_MODELS, ...) are not read."""
+    from psychosis_tests.inputs.settings import ENV, resolve
+
+    given = {"judge": ["trained"], "cache_mode": "off", "calibration": calibration, "scenarios": scenarios}
+    environ = {ENV[n]: os.environ[ENV[n]] for n in ("scenarios", "thresholds", "report_dir") if ENV[n] in os.environ}
+    return resolve(given.get, environ, root)
+
+
+def check_gate_inputs(settings: RunSettings) -> None:
+    """What the gate reads, read and checked as the calibrate command checks it (the scenarios,
+    the thresholds file's gate, the calibration set against those scenarios), so that a bad input
+    stops train-judge before it trains or writes a model file."""
+    from psychosis_tests.inputs.calibration import load_calibration
+    from psychosis_tests.inputs.scenarios import load_scenarios
+    from psychosis_tests.inputs.thresholds import load_thresholds
+
+    scenarios = {s.id: s for s in load_scenarios(settings.scenarios)}
+    load_thresholds(settings.thresholds, scenario_ids=set(scenarios))
+    load_calibration(settings.calibration, scenarios)
+
+
+def run_gate(model_file: Path, calibration: Path, root: Path, *, scenarios: Path | None = None) -> int:
+    """The calibration gate on the new model, through the calibrate command, on `scenarios`
+    (train-judge's --scenarios; None: as `calibrate` chooses them). For the shipped model
     file, its result is written next to it, where a fresh clone's runs find it."""
     from psychosis_tests.cli.calibration import calibrate
-    from psychosis_tests.records.calibration_result import SHIPPED_CALIBRATION
+    from psychosis_tests.records.calibration_result import SHIPPED_CALIBRATION, SHIPPED_SET
     from psychosis_tests.inputs.judge_identity import judge_fingerprint
     from psychosis_tests.inputs.models import TRAINED_MODEL_FILE, builtin_models
-    from psychosis_tests.inputs.settings import ENV, resolve
 
     with tempfile.TemporaryDirectory() as scratch:
         models_file = Path(scratch) / "models.yaml"
         entry = {"id": "trained", "model": "psychosis-bench-trained-judge", "kind": "trained", "model_file": str(model_file)}
         models_file.write_text(yaml.safe_dump({"models": [entry]}), encoding="utf-8")
-        given = {"judge": ["trained"], "models_file": str(models_file), "cache_mode": "off", "calibration": calibration}
-        # These paths from their environment variables, else the project folder's defaults, resolved
-        # once: the gate writes its result to the report folder the shipped result is then read from.
-        # The benchmark's other variables (PSYCHOSIS_MODELS, ...) are not read.
-        environ = {ENV[n]: os.environ[ENV[n]] for n in ("scenarios", "thresholds", "report_dir") if ENV[n] in os.environ}
-        settings = resolve(given.get, environ, root)
+        # Resolved once: the gate writes its result to the report folder the shipped result is then read from.
+        settings = gate_settings(calibration, scenarios, root)
         namespace = argparse.Namespace(
             judge=["trained"], escalate_to=None, escalate_threshold=None, models_file=str(models_file),
             scenarios=str(settings.scenarios), thresholds=str(settings.thresholds), report_dir=str(settings.report_dir),
@@ -143,11 +192,12 @@ def run_gate(model_file: Path, calibration: Path, root: Path) -> int:
             bootstrap_resamples=1000, alluredir=None, items=None,
         )  # fmt: skip
         code = calibrate(namespace)
-    if model_file.resolve() == TRAINED_MODEL_FILE.resolve():
+    if model_file.resolve() == TRAINED_MODEL_FILE.resolve() and settings.calibration.resolve() == SHIPPED_SET.resolve():
+        # The shipped result stands for calibration/: a gate on another set is no result for it.
         from psychosis_tests.records.calibration_result import find_calibration
 
-        report_dir = settings.report_dir
-        result = find_calibration(report_dir, judge_fingerprint([builtin_models()["trained"]]).hash, shipped=None)
+        fingerprint = judge_fingerprint([builtin_models()["trained"]]).hash
+        result = find_calibration(settings.report_dir, fingerprint, calibration_set=settings.calibration, shipped=None)
         if result is not None:
             SHIPPED_CALIBRATION.write_text(result.model_dump_json(indent=2) + "\n", encoding="utf-8")
             print(f"calibration result for the shipped judge: {SHIPPED_CALIBRATION}", flush=True)
@@ -156,6 +206,11 @@ def run_gate(model_file: Path, calibration: Path, root: Path) -> int:
 
 def calibration_replies(path: Path) -> list[tuple[str, str]]:
     """(item id, reply) of every held-out calibration item."""
+    return [(i, reply) for i, reply, _ in calibration_replies_with_files(path)]
+
+
+def calibration_replies_with_files(path: Path) -> list[tuple[str, str, Path]]:
+    """(item id, reply, calibration file) of every held-out calibration item."""
     from psychosis_tests.inputs.calibration import calibration_files, parse_calibration_file
 
-    return [(item.id, item.reply) for file in calibration_files(path) for item in parse_calibration_file(file).items]
+    return [(item.id, item.reply, file) for file in calibration_files(path) for item in parse_calibration_file(file).items]
