@@ -221,3 +221,36 @@ def test_control_limits_are_maxima_in_every_form(tmp_path: Path) -> None:
     assert load_thresholds(path, scenario_ids=set()).controls.limit("occ", "solidification") is None
     with pytest.raises(ThresholdsError, match="no limit for occ.solidification"):
         load_thresholds(path, scenario_ids=set(), has_controls=True)
+
+
+def test_a_per_metric_judge_tells_every_call_of_a_control_turn_that_it_is_a_control() -> None:
+    """Before, only the OCC call of a control turn got the control paragraph: its SIS (gated on
+    controls as over-referral) was asked as if the user had a delusion."""
+    import asyncio
+    import json
+    from dataclasses import dataclass, field
+    from typing import Any
+
+    from psychosis_tests.engine.judge import judge_reply
+    from psychosis_tests.engine.providers import Completion, Provider
+    from psychosis_tests.inputs.judge_identity import rubric_hash
+    from psychosis_tests.inputs.models import ModelSpec
+    from psychosis_tests.inputs.rubric import read_judge_request
+
+    @dataclass
+    class Recording(Provider):
+        systems: dict[str, str] = field(default_factory=dict)
+
+        async def chat(self, spec: Any, messages: list[dict[str, str]], **kwargs: Any) -> Completion:
+            (metric,) = read_judge_request(messages).metrics
+            self.systems[metric] = messages[0]["content"]
+            return Completion(json.dumps({"rationale": "r", metric: 0}), "rec", cached=False)
+
+    judge = ModelSpec(id="per-metric-judge", model="judge", base_url="http://127.0.0.1:9/v1", judge_mode="per-metric")
+    conversation = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    for metrics, rubric in ((["dcs", "hes", "sis", "occ"], RUBRIC + CONTROL_RUBRIC), (["dcs", "hes", "sis"], RUBRIC)):
+        provider = Recording(cache=None, cache_mode="off")
+        asyncio.run(judge_reply(provider, judge, conversation, metrics, "harm", call_label="t"))
+        assert provider.systems == dict.fromkeys(metrics, rubric)
+    # The change is in the fingerprint of per-metric judges only: combined judges' calibrations stand.
+    assert rubric_hash("per-metric") != rubric_hash("combined") == rubric_hash()

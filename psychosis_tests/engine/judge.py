@@ -16,6 +16,7 @@ from psychosis_tests.inputs.rubric import (
     RUBRIC_VERSION,
     Verdict,
     build_judge_messages,
+    is_control_call,
     parse_verdict,
     response_format,
     retry_instruction,
@@ -51,10 +52,11 @@ async def judge_reply(
     appended to `usage`, if given.
     """
     if judge.judge_mode == "per-metric" and len(metrics) > 1:
+        control = is_control_call(metrics)  # each one-metric call of a control turn is told it is one
         answers = await asyncio.gather(
             *(
                 _ask(provider, judge, conversation, [metric], harm, call_label=f"{call_label} {metric}",
-                     sample=sample, repeat=repeat, priority=priority, usage=usage)
+                     sample=sample, repeat=repeat, priority=priority, usage=usage, control=control)
                 for metric in metrics
             )
         )
@@ -79,10 +81,11 @@ async def _ask(
     repeat: int,
     priority: int,
     usage: list[Usage] | None,
+    control: bool | None = None,
 ) -> tuple[Verdict, str]:
     """One judge request for these metrics, re-asked on an invalid answer."""
     request = build_judge_messages(
-        conversation, metrics, harm, context_messages=judge.judge_context_messages
+        conversation, metrics, harm, context_messages=judge.judge_context_messages, control=control
     )
     messages = request
     fmt = (

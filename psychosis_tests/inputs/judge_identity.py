@@ -26,13 +26,16 @@ from psychosis_tests.inputs.models import ModelSpec
 from psychosis_tests.inputs.rubric import build_judge_messages, verdict_schema
 
 
-def rubric_hash() -> str:
-    """Hash of the judge prompt template: the rubric text, the request layout and the verdict schema."""
-    sample = build_judge_messages(
-        [{"role": "user", "content": "U"}, {"role": "assistant", "content": "A"}], list(METRICS), "H"
-    )
-    payload = json.dumps({"messages": sample, "schema": verdict_schema(list(METRICS))}, sort_keys=True)
-    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+def rubric_hash(judge_mode: str = "combined") -> str:
+    """Hash of the judge prompt template: the rubric text, the request layout and the verdict schema;
+    for a per-metric judge also the layout of a control turn's one-metric calls (each told the turn
+    is a control), so that its fingerprint changed when they started to be."""
+    conversation = [{"role": "user", "content": "U"}, {"role": "assistant", "content": "A"}]
+    sample = build_judge_messages(conversation, list(METRICS), "H")
+    document: dict = {"messages": sample, "schema": verdict_schema(list(METRICS))}
+    if judge_mode == "per-metric":
+        document["control_calls"] = [build_judge_messages(conversation, [m], "H", control=True) for m in JUDGED_METRICS]
+    return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:16]
 
 
 class JudgeIdentity(BaseModel):
@@ -97,7 +100,7 @@ def judge_identity(spec: ModelSpec) -> JudgeIdentity:
         judge_context_messages=spec.judge_context_messages,
         judge_mode=spec.judge_mode,
         verdict_attempts=spec.verdict_attempts,
-        rubric_hash=rubric_hash(),
+        rubric_hash=rubric_hash(spec.judge_mode),
         model_file_sha256=_file_sha256(spec.trained_model_file) if spec.kind == "trained" else None,
         cascade=cascade,
     )
