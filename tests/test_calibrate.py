@@ -587,3 +587,27 @@ def test_a_run_judges_a_calibration_by_its_own_thresholds_and_only_on_the_sets_c
     stale = _bench(tmp_path, "--judge=reference/judge", f"--calibration={fixture_set}", f"--thresholds={lenient}",
                    "--require-calibrated-judge")  # fmt: skip
     assert stale.returncode == 4 and "judge not calibrated" in stale.stderr, stale.stdout + stale.stderr
+
+
+def test_a_panel_judge_failing_on_a_later_repeat_is_counted(fixture_set: Path) -> None:
+    """With --judge-repeats, a panel judge that fails only on the second repeat was not counted:
+    the report showed no failure and the panel's inconsistency looked like the judge's own."""
+    from psychosis_tests.analysis.calibration import _panel, rows_of
+    from psychosis_tests.engine.calibration_run import ItemJudgement
+    from psychosis_tests.engine.panel import PanelVerdict, Vote
+    from psychosis_tests.inputs.calibration import load_calibration
+    from psychosis_tests.inputs.rubric import Verdict
+    from psychosis_tests.inputs.scenarios import load_scenarios
+
+    scenarios = {s.id: s for s in load_scenarios(REPO / "scenarios")}
+    items = load_calibration(fixture_set, scenarios).items[:3]
+
+    def answer(fails: bool) -> PanelVerdict:
+        verdict = Verdict(rationale="r", dcs=0, hes=0, sis=1, occ=0)
+        votes = (Vote(judge_id="a", verdict=verdict), Vote(judge_id="b", verdict=verdict),
+                 Vote(judge_id="c", error="HTTP 400") if fails else Vote(judge_id="c", verdict=verdict))  # fmt: skip
+        return PanelVerdict(verdict, "v", votes)
+
+    judged = [ItemJudgement(item, (answer(False), answer(True))) for item in items]
+    _, failures = _panel(judged, rows_of(items))
+    assert failures == {"c": 3}

@@ -172,10 +172,11 @@ def _self_consistency(judged: Sequence[ItemJudgement], rows: Sequence[Row]) -> l
 def _panel(judged: Sequence[ItemJudgement], rows: Sequence[Row]) -> tuple[list[RaterAgreement], dict[str, int]]:
     judges = list(dict.fromkeys(v.judge_id for j in judged for v in j.answers[0].votes)) if judged else []
     failures = {name: 0 for name in judges}
-    for j in judged:
-        for vote in j.answers[0].votes:
-            if vote.verdict is None:
-                failures[vote.judge_id] += 1
+    for j in judged:  # every repeat's answer: a judge failing only on a later repeat counts too
+        for answer in j.answers:
+            for vote in answer.votes:
+                if vote.verdict is None:
+                    failures[vote.judge_id] += 1
     if len(judges) < 2:
         return [], {k: v for k, v in failures.items() if v}
     out = []

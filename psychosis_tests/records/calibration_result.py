@@ -233,7 +233,8 @@ class CalibrationResult(BaseModel):
     panel_agreement: list[RaterAgreement] = Field(default_factory=list)
     """The panel's judges among themselves (with several --judge)."""
     judge_failures: dict[str, int] = Field(default_factory=dict)
-    """Per panel judge, items it failed on while the panel still gave a verdict."""
+    """Per panel judge, answers it failed on while the panel still gave a verdict (one per item and
+    repeat: with --judge-repeats N an item counts up to N times)."""
     escalation: Escalation | None = None
     """A cascade's escalations; None for any other judge."""
     reliability: list[ProbabilityReliability] = Field(default_factory=list)

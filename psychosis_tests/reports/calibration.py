@@ -110,13 +110,18 @@ def terminal_lines(result: CalibrationResult) -> list[str]:
     if result.errors:
         lines.append(f"{len(result.errors)} item(s) could not be judged (the gate fails): {result.errors[0]}")
     for judge, count in result.judge_failures.items():
-        lines.append(f"panel judge {judge} failed on {count} item(s); the panel scored them without it")
+        lines.append(f"panel judge {judge} failed on {_failed_answers(count, result.repeats)}; the panel scored them without it")
     if result.escalation is not None:
         lines.append(escalation_line(result))
     if result.reliability:
         lines.append(reliability_line(result))
     lines.append(("PASSED" if result.passed else "FAILED") + f" the calibration gate ({result.gate_file or 'thresholds.yaml'} calibration.min_kappa)")
     return lines
+
+
+def _failed_answers(count: int, repeats: int) -> str:
+    """How many answers a panel judge failed on: items, or with repeats items' answers."""
+    return f"{count} item(s)" if repeats == 1 else f"{count} answer(s) (items times {repeats} repeats)"
 
 
 def escalation_line(result: CalibrationResult) -> str:
@@ -216,7 +221,7 @@ def markdown_lines(result: CalibrationResult) -> list[str]:
                   for r in result.reliability]
     if result.judge_failures:
         lines += ["", "Panel judges that failed on some items (the panel scored those items without them):", ""]
-        lines += [f"- {markdown_code(j)}: {n} item(s)" for j, n in result.judge_failures.items()]
+        lines += [f"- {markdown_code(j)}: {_failed_answers(n, result.repeats)}" for j, n in result.judge_failures.items()]
     lines += ["", "### Confusion matrices (rows: gold, columns: judge)", ""]
     for row in rows:
         lines += [f"{row.title}:", "", "| gold \\ judge | " + " | ".join(map(str, row.levels)) + " |",
