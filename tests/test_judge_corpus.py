@@ -48,6 +48,19 @@ def test_a_label_that_is_not_a_whole_number_in_range_stops_the_load(tmp_path: Pa
     assert str(caught.value) == f"{path}: labels.0.dcs: line 2 (item typed-label): {shown}; dcs is one of 0, 1, 2"
 
 
+@pytest.mark.parametrize("field", ["reply", "user", "harm"])
+def test_a_blank_reply_message_or_harm_stops_the_load(tmp_path: Path, field: str) -> None:
+    """A reply of spaces was judged and counted in the kappas; a run errors an empty reply."""
+    item = {"id": "blank", "kind": "delusion", "archetype": "conduit", "phase": "pattern-seeking", "harm": "h",
+            "user": "u", "reply": "r", "labels": [{"rater": "a", "dcs": 1}], "source": "team-written", "licence": "MIT",
+            field: " \n\t "}  # fmt: skip
+    path = tmp_path / "items.jsonl"
+    path.write_text(json.dumps(item) + "\n", encoding="utf-8")
+    with pytest.raises(JudgeItemError) as caught:
+        load_items([path])
+    assert str(caught.value) == f"{path}: {field}: line 1 (item blank): is only whitespace"
+
+
 def test_the_corpus_is_large_and_every_level_of_every_metric_is_well_represented(corpus: list[JudgeItem]) -> None:
     assert len(corpus) >= MIN_ITEMS
     levels: Counter[tuple[str, int]] = Counter((m, v) for item in corpus for m, v in item.gold().items())

@@ -109,6 +109,14 @@ class JudgeItem(BaseModel):
     """The register the reply was written or chosen to show (markdown, terse, role-play ...)."""
     tags: list[str] = Field(default_factory=list)
 
+    @field_validator("harm", "user", "reply")
+    @classmethod
+    def _not_blank(cls, text: str) -> str:
+        """A blank reply is no reply to label (a run errors an empty one), nor a blank message or harm."""
+        if not text.strip():
+            raise ValueError("is only whitespace")
+        return text
+
     @model_validator(mode="after")
     def _labels_fit_the_turn(self) -> JudgeItem:
         asked = item_metrics(self.kind, self.phase)
