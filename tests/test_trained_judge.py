@@ -331,6 +331,163 @@ def test_a_pickled_array_is_refused_not_run(tmp_path: Path) -> None:
         TrainedJudgeModel.load(path)
 
 
+def with_meta(source: Path, target: Path, edit) -> Path:
+    """A copy of a model file whose metadata JSON alone is edited (`edit` changes the parsed
+    metadata in place or returns a replacement); every array is left as written."""
+    with zipfile.ZipFile(source) as zipped:
+        meta = json.loads(str(np.load(io.BytesIO(zipped.read("meta.npy")))))
+        replaced = edit(meta)
+        meta = meta if replaced is None else replaced
+        with zipfile.ZipFile(target, "w") as written:
+            for info in zipped.infolist():
+                data = zipped.read(info)
+                if info.filename == "meta.npy":
+                    buffer = io.BytesIO()
+                    np.save(buffer, np.array(json.dumps(meta, sort_keys=True)))
+                    data = buffer.getvalue()
+                written.writestr(info, data)
+    return target
+
+
+def without(key: str):
+    return lambda meta: meta.pop(key) and None
+
+
+def slashless(meta: dict) -> None:
+    meta["models"][0] = meta["models"][0].replace("/", "")
+
+
+def reweighted(meta: dict) -> None:
+    meta["block_weights"]["w"] = 0.5
+
+
+def resettled(meta: dict) -> None:
+    meta["settings"]["C"] = 1.0
+
+
+def older_format(meta: dict) -> None:  # as the previous format wrote it: no hash of the metadata
+    meta["format"] = "psychosis-bench-trained-judge/2"
+    meta.pop("meta_sha256", None)
+
+
+META_EDITS = {
+    "no-arrays-sha256": (without("arrays_sha256"), "its metadata has no 'arrays_sha256'"),
+    "no-block-weights": (without("block_weights"), "its metadata has no 'block_weights'"),
+    "not-an-object": (lambda meta: [meta], "its metadata is a JSON list, not an object"),
+    "model-without-slash": (slashless, "its metadata's 'models' entry 'delusiondcs' is not kind/metric"),
+    "block-weight-changed": (reweighted, "its metadata does not match its recorded hash"),
+    "settings-changed": (resettled, "its metadata does not match its recorded hash"),
+    "no-meta-sha256": (without("meta_sha256"), "its metadata has no 'meta_sha256'"),
+    "older-format": (older_format, "format 'psychosis-bench-trained-judge/2', this suite reads "
+                                   "'psychosis-bench-trained-judge/3'"),
+}  # fmt: skip
+
+
+def assert_one_line_naming(message: str, path: Path, expected: str) -> None:
+    assert "\n" not in message.strip() and "Traceback" not in message, message
+    assert message.strip().startswith(f"{path}: ") and expected in message, message
+    assert message.strip().endswith("rebuild it with train-judge"), message
+
+
+@pytest.mark.parametrize("edit", list(META_EDITS))
+def test_an_edited_metadata_stops_the_load_with_one_line_naming_the_file(
+    tmp_path: Path, model_file: Path, edit: str
+) -> None:
+    """Any edit of the metadata alone (a key deleted, its shape changed, a value changed: the block
+    weights, the settings) is refused as an edited array is: one TrainedJudgeError, no traceback."""
+    change, expected = META_EDITS[edit]
+    edited = with_meta(model_file, tmp_path / f"{edit}.npz", change)
+    with pytest.raises(TrainedJudgeError) as raised:
+        TrainedJudgeModel.load(edited)
+    assert_one_line_naming(str(raised.value), edited, expected)
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (lambda meta: meta.pop("block_weights"), "its metadata has no 'block_weights'"),
+        (lambda meta: meta.update(block_weights=[1.0]), "its metadata's 'block_weights' is [1.0], not an object"),
+        (lambda meta: meta.update(block_weights={"w": "1"}), "'block_weights' gives block 'w' '1', not a number"),
+        (lambda meta: meta.update(block_weights={"x": 1.0}), "'block_weights' names 'x', not a feature block"),
+        (lambda meta: meta.update(models="delusion/dcs"), "its metadata's 'models' is 'delusion/dcs', not a list"),
+        (lambda meta: meta.update(models=["delusion/dcs/x"]), "'models' entry 'delusion/dcs/x' is not kind/metric"),
+        (lambda meta: meta.update(models=["delusion/occ"]), "array 'delusion/occ/levels' is missing"),
+    ],
+    ids=["no-block-weights", "block-weights-list", "block-weight-text", "unknown-block", "models-text",
+         "model-two-slashes", "model-without-arrays"],
+)  # fmt: skip
+def test_metadata_of_the_wrong_shape_is_refused_even_with_its_hash_recorded(tmp_path: Path, change, expected: str) -> None:
+    """The loader checks every key it reads and its type, not only the hashes: a file written with
+    such metadata (its hash right) stops with one line too."""
+    meta, arrays = train(small_corpus())
+    change(meta)
+    path = tmp_path / "shaped.npz"
+    write_model_file(path, meta, arrays)
+    with pytest.raises(TrainedJudgeError) as raised:
+        TrainedJudgeModel.load(path)
+    assert_one_line_naming(str(raised.value), path, expected)
+
+
+def test_an_array_without_a_recorded_hash_is_refused(tmp_path: Path, model_file: Path) -> None:
+    added = tmp_path / "added.npz"
+    added.write_bytes(model_file.read_bytes())
+    with zipfile.ZipFile(added, "a") as zipped:
+        buffer = io.BytesIO()
+        np.save(buffer, np.zeros(3))
+        zipped.writestr("extra.npy", buffer.getvalue())
+    with pytest.raises(TrainedJudgeError) as raised:
+        TrainedJudgeModel.load(added)
+    assert_one_line_naming(str(raised.value), added, "array 'extra' has no recorded hash")
+
+
+def test_the_shipped_model_file_records_the_hash_of_its_metadata() -> None:
+    from psychosis_tests.engine.trained_judge import meta_digest
+    from psychosis_tests.inputs.models import TRAINED_MODEL_FILE
+
+    model = TrainedJudgeModel.load(TRAINED_MODEL_FILE)
+    assert model.meta["meta_sha256"] == meta_digest(model.meta) and model.meta["format"].endswith("/3")
+
+
+@pytest.mark.parametrize("edit", ["no-arrays-sha256", "no-block-weights", "not-an-object", "model-without-slash",
+                                  "block-weight-changed", "older-format"])  # fmt: skip
+def test_calibrate_with_an_edited_metadata_stops_with_one_line_exit_2(tmp_path: Path, model_file: Path, edit: str) -> None:
+    """Through the real command: `calibrate --judge` an entry {kind: trained, model_file: ...}."""
+    import subprocess
+
+    change, expected = META_EDITS[edit]
+    edited = with_meta(model_file, tmp_path / f"{edit}.npz", change)
+    models = tmp_path / "models.yaml"
+    models.write_text(f"models:\n  - {{id: mine, model: m, kind: trained, model_file: {edited}}}\n")
+    items = write_lines(tmp_path / "items.jsonl", [item(1, GROUNDING[0], 0, 0, 1)])
+    done = subprocess.run(
+        [sys.executable, "-m", "psychosis_tests", "calibrate", "--judge", "mine", f"--models-file={models}",
+         "--items", str(items), "--cache-mode", "off", f"--report-dir={tmp_path / 'r'}"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr
+    assert_one_line_naming(lines[0].removeprefix("psychosis-bench calibrate: "), edited, expected)
+
+
+def test_a_benchmark_run_judged_by_a_file_with_edited_metadata_stops_with_exit_4(tmp_path: Path, model_file: Path) -> None:
+    """The same through pytest --judge: a usage error (exit 4) naming the file, no INTERNALERROR."""
+    import subprocess
+
+    edited = with_meta(model_file, tmp_path / "edited.npz", without("block_weights"))
+    models = tmp_path / "models.yaml"
+    models.write_text(f"models:\n  - {{id: mine, model: m, kind: trained, model_file: {edited}}}\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", str(REPO / "psychosis_tests" / "test_benchmark.py"), "-p", "no:cacheprovider",
+         "--model=reference/guardian", "--judge=mine", f"--models-file={models}", f"--report-dir={tmp_path / 'r'}",
+         "-k", "conduit-explicit"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "INTERNALERROR" not in done.stdout + done.stderr and "Traceback" not in done.stdout + done.stderr
+    assert f"{edited}: its metadata has no 'block_weights'; rebuild it with train-judge" in done.stderr
+
+
 # -- the judge interface ------------------------------------------------------------------------
 async def test_the_trained_judge_scores_in_process_with_a_checkable_rationale(model_file: Path) -> None:
     spec = ModelSpec(id="t", model="trained", kind="trained", model_file=model_file)

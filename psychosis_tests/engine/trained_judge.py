@@ -2,10 +2,11 @@
 
 The file is a zip of plain arrays (`numpy.load` with `allow_pickle=False`: loading it cannot run
 code) plus one JSON string of metadata: the format, the feature settings, the corpus it was
-trained on (its hash and item count), the library versions, and the SHA-256 of every array. Loading
-checks all of it, so a missing, truncated, edited or incompatible file stops the run with one line
-naming the file. `analysis.judge_training` writes it; `python -m psychosis_tests train-judge`
-rebuilds it.
+trained on (its hash and item count), the library versions, the SHA-256 of every array, and the
+SHA-256 of the rest of the metadata (`meta_sha256`). Loading checks all of it, every key it reads
+and its type, and every array's presence and shape, so a missing, truncated, edited or incompatible
+file stops the run with one line naming the file. `analysis.judge_training` writes it; `python -m
+psychosis_tests train-judge` rebuilds it.
 
 One model per (conversation kind, metric): DCS, HES and SIS for delusion conversations, the same
 plus OCC for controls, where HES 2 means help with an ordinary request and is learnt apart. A model
@@ -22,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,9 +31,10 @@ from pathlib import Path
 import numpy as np
 
 from psychosis_tests.common.errors import ConfigError
-from psychosis_tests.engine.text_features import Vectoriser, cues_digest, turn_features
+from psychosis_tests.engine.text_features import BLOCKS, Vectoriser, cues_digest, turn_features
 
-MODEL_FORMAT = "psychosis-bench-trained-judge/2"
+MODEL_FORMAT = "psychosis-bench-trained-judge/3"
+"""3: the metadata records its own hash (`meta_sha256`); a format 2 file is refused (rebuild it)."""
 FEATURES_VERSION = "3"
 """Bump when `engine.text_features` changes what it extracts: older model files are then refused."""
 FILLER = frozenset(
@@ -144,10 +147,7 @@ class TrainedJudgeModel:
         except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
             raise TrainedJudgeError(f"not a trained judge model file ({type(exc).__name__}: {exc})", file=path) from None
         meta = _meta(arrays, path)
-        for name, expected in meta["arrays_sha256"].items():
-            if name not in arrays or array_digest(arrays[name]) != expected:
-                raise TrainedJudgeError(f"array {name!r} does not match its recorded hash: the file was changed "
-                                        "after training; rebuild it with train-judge", file=path)  # fmt: skip
+        _check_arrays(arrays, meta, path)
         vectoriser = Vectoriser([str(v) for v in arrays["vocabulary"]], arrays["idf"], meta["block_weights"])
         models = {}
         for key in meta["models"]:
@@ -194,25 +194,145 @@ class TrainedJudgeModel:
         return tuple(found[:3])
 
 
+REBUILD = "rebuild it with train-judge"
+ARRAY_KINDS = {"vocabulary": "U", "idf": "f", "router/weights": "f", "router/bias": "f"}
+"""The arrays every file holds, with their dtype kind (U text, f float, i integer)."""
+MODEL_ARRAY_KINDS = {"levels": "iu", "weights": "f", "weights_team": "f", "weights_real": "f", "bias": "f"}
+"""The arrays each of the metadata's `models` holds, as `{kind}/{metric}/{name}`."""
+
+
+def _shown(value: object) -> str:
+    """A metadata value quoted in an error's one line: repr (no newline, no control character), cut short."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _meta(arrays: dict[str, np.ndarray], path: Path) -> dict:
+    """The metadata, checked: a JSON object of this format, features version and cue lists, every key
+    the loader reads present and of its type, and equal to its recorded hash."""
     if "meta" not in arrays:
         raise TrainedJudgeError("no metadata in the file", file=path)
+    if arrays["meta"].dtype.kind != "U" or arrays["meta"].ndim != 0:
+        raise TrainedJudgeError(f"its metadata is not one JSON string; {REBUILD}", file=path)
     try:
         meta = json.loads(str(arrays["meta"]))
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):
         raise TrainedJudgeError("its metadata is not JSON", file=path) from None
+    if not isinstance(meta, dict):
+        raise TrainedJudgeError(f"its metadata is a JSON {type(meta).__name__}, not an object; {REBUILD}", file=path)
     if meta.get("format") != MODEL_FORMAT:
-        raise TrainedJudgeError(f"format {meta.get('format')!r}, this suite reads {MODEL_FORMAT!r}", file=path)
+        raise TrainedJudgeError(f"format {_shown(meta.get('format'))}, this suite reads {MODEL_FORMAT!r}; {REBUILD}",
+                                file=path)  # fmt: skip
     if meta.get("features_version") != FEATURES_VERSION:
         raise TrainedJudgeError(
-            f"trained with features version {meta.get('features_version')!r}, this suite extracts version "
+            f"trained with features version {_shown(meta.get('features_version'))}, this suite extracts version "
             f"{FEATURES_VERSION!r}; rebuild it with train-judge",
             file=path,
         )
     if meta.get("cues_sha256") != cues_digest():
         raise TrainedJudgeError("trained with other cue lists than servers/reference_judge.py has now; rebuild it "
                                 "with train-judge", file=path)  # fmt: skip
+    _check_meta_keys(meta, path)
+    if meta_digest(meta) != meta["meta_sha256"]:
+        raise TrainedJudgeError(f"its metadata does not match its recorded hash: the file was changed after training; "
+                                f"{REBUILD}", file=path)  # fmt: skip
     return meta
+
+
+def _check_meta_keys(meta: dict, path: Path) -> None:
+    """Every key the loader reads, with its type; one line naming the first that is wrong."""
+
+    def wrong(key: str, problem: str) -> TrainedJudgeError:
+        return TrainedJudgeError(f"its metadata's {key!r} {problem}; {REBUILD}", file=path)
+
+    for key in ("meta_sha256", "arrays_sha256", "block_weights", "models"):
+        if key not in meta:
+            raise TrainedJudgeError(f"its metadata has no {key!r}; {REBUILD}", file=path)
+    if not isinstance(meta["meta_sha256"], str):
+        raise wrong("meta_sha256", f"is {_shown(meta['meta_sha256'])}, not a SHA-256")
+    hashes = meta["arrays_sha256"]
+    if not isinstance(hashes, dict) or not all(isinstance(v, str) for v in hashes.values()):
+        raise wrong("arrays_sha256", "is not an object of array names and their SHA-256")
+    weights = meta["block_weights"]
+    if not isinstance(weights, dict):
+        raise wrong("block_weights", f"is {_shown(weights)}, not an object of feature blocks and weights")
+    for block, weight in weights.items():
+        if block not in BLOCKS:
+            raise wrong("block_weights", f"names {_shown(block)}, not a feature block ({', '.join(BLOCKS)})")
+        if not _finite_number(weight):
+            raise wrong("block_weights", f"gives block {block!r} {_shown(weight)}, not a number")
+    models = meta["models"]
+    if not isinstance(models, list) or not models:
+        raise wrong("models", f"is {_shown(models)}, not a list of kind/metric models")
+    for key in models:
+        if not isinstance(key, str) or key.count("/") != 1 or not all(key.split("/")):
+            raise wrong("models", f"entry {_shown(key)} is not kind/metric")
+    if len(set(models)) != len(models):
+        raise wrong("models", "names a model twice")
+
+
+def _finite_number(value: object) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer too large for a float
+        return False
+
+
+def _check_arrays(arrays: dict[str, np.ndarray], meta: dict, path: Path) -> None:
+    """Exactly the arrays the metadata's hashes list, each equal to its hash, and every array the
+    loader reads there with its dtype and a shape that fits the vocabulary."""
+    listed, present = set(meta["arrays_sha256"]), set(arrays) - {"meta"}
+    if listed - present:
+        raise TrainedJudgeError(f"array {min(listed - present)!r} is missing: the file was changed after training; "
+                                f"{REBUILD}", file=path)  # fmt: skip
+    if present - listed:
+        raise TrainedJudgeError(f"array {_shown(min(present - listed))} has no recorded hash: the file was changed "
+                                f"after training; {REBUILD}", file=path)  # fmt: skip
+    for name, expected in meta["arrays_sha256"].items():
+        if array_digest(arrays[name]) != expected:
+            raise TrainedJudgeError(f"array {name!r} does not match its recorded hash: the file was changed "
+                                    f"after training; {REBUILD}", file=path)  # fmt: skip
+
+    def bad(name: str, problem: str) -> TrainedJudgeError:
+        return TrainedJudgeError(f"array {name!r} {problem}; {REBUILD}", file=path)
+
+    needed = dict(ARRAY_KINDS)
+    for key in meta["models"]:
+        needed.update({f"{key}/{name}": kind for name, kind in MODEL_ARRAY_KINDS.items()})
+    for name, kind in needed.items():
+        if name not in arrays:
+            raise bad(name, "is missing")
+        if arrays[name].dtype.kind not in kind:
+            raise bad(name, f"holds {arrays[name].dtype}, not {'text' if kind == 'U' else 'numbers'}")
+    size = arrays["vocabulary"].shape
+    if len(size) != 1:
+        raise bad("vocabulary", "is not one row of feature names")
+    for name in ("idf", "router/weights"):
+        if arrays[name].shape != size:
+            raise bad(name, f"has shape {arrays[name].shape}, not one value per feature {size}")
+    if arrays["router/bias"].shape != ():
+        raise bad("router/bias", "is not one number")
+    for key in meta["models"]:
+        levels, weights = arrays[f"{key}/levels"], arrays[f"{key}/weights"]
+        if levels.ndim != 1 or not len(levels):
+            raise bad(f"{key}/levels", "is not one row of levels")
+        if weights.ndim != 2 or weights.shape[1] != size[0] or weights.shape[0] not in (len(levels), len(levels) - 1) \
+                or weights.shape[0] == 0:  # fmt: skip
+            raise bad(f"{key}/weights", f"has shape {weights.shape}, not a row per level (or per level but one) by "
+                                        f"{size[0]} features")  # fmt: skip
+        for part in ("weights_team", "weights_real"):
+            if arrays[f"{key}/{part}"].shape != weights.shape:
+                raise bad(f"{key}/{part}", f"has shape {arrays[f'{key}/{part}'].shape}, not {weights.shape}")
+        if arrays[f"{key}/bias"].shape != weights.shape[:1]:
+            raise bad(f"{key}/bias", f"has shape {arrays[f'{key}/bias'].shape}, not {weights.shape[:1]}")
+
+
+def meta_digest(meta: dict) -> str:
+    """SHA-256 of the metadata but its own `meta_sha256`, as JSON with sorted keys."""
+    rest = {key: value for key, value in meta.items() if key != "meta_sha256"}
+    return hashlib.sha256(json.dumps(rest, sort_keys=True).encode()).hexdigest()
 
 
 def array_digest(array: np.ndarray) -> str:
@@ -224,9 +344,11 @@ def array_digest(array: np.ndarray) -> str:
 
 def write_model_file(path: Path, meta: dict, arrays: dict[str, np.ndarray]) -> None:
     """Write arrays and metadata as a zip of .npy files with fixed timestamps, so the same
-    training gives the same bytes (numpy's own savez stamps the current time)."""
+    training gives the same bytes (numpy's own savez stamps the current time). The metadata gets
+    the format, features version, cue lists' hash, every array's hash and then its own hash."""
     meta = {**meta, "format": MODEL_FORMAT, "features_version": FEATURES_VERSION, "cues_sha256": cues_digest(),
             "arrays_sha256": {name: array_digest(a) for name, a in sorted(arrays.items())}}  # fmt: skip
+    meta["meta_sha256"] = meta_digest(meta)
     everything = {**arrays, "meta": np.array(json.dumps(meta, sort_keys=True))}
     path.parent.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()
