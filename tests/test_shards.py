@@ -4,6 +4,7 @@ results as the run done in one job, and a merge refuses shards that do not make 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -11,7 +12,10 @@ import pytest
 
 from psychosis_tests import __main__ as cli
 from psychosis_tests.common.errors import ConfigError
+from psychosis_tests.engine.plan import Plan
+from psychosis_tests.inputs.judge_identity import judge_fingerprint
 from psychosis_tests.inputs.scenarios import load_scenarios
+from psychosis_tests.inputs.settings import resolve
 from psychosis_tests.inputs.shards import ShardSpec, assign
 from psychosis_tests.plugin import session_key
 from psychosis_tests.reports.allure_run import SUMMARY_NAME, copy_allure_results
@@ -21,6 +25,8 @@ from tests.benchmark_runner import REPO, SCENARIOS, THRESHOLDS, BenchmarkRunner
 pytest_plugins = ["pytester"]
 
 REFERENCE_RUN = ("--model", "reference/keyword-guard", "--judge", "reference/judge")
+MERGED_RUN_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{4}-merged$")
+"""A merged run's id: a timestamped id like an ordinary run's, marked as merged."""
 RUN_DEPENDENT = {"run_id", "started_at", "finished_at", "shard", "selection", "merged_from"}
 """Run metadata that names the run itself rather than what it found."""
 
@@ -39,6 +45,38 @@ def test_split_balances_work_not_only_case_counts() -> None:
     weights = {"long-a": 40, "long-b": 40, "short-a": 10, "short-b": 10, "short-c": 10, "short-d": 10}
     shards = assign(list(weights), 2, name=str, weight=weights.__getitem__)
     assert [sum(weights[n] for n in s) for s in shards] == [60, 60]
+
+
+def test_the_split_does_not_depend_on_past_runs_in_the_report_folder(tmp_path: Path) -> None:
+    """A cascade's escalation rate measured by a past run (in one job's report folder and not in
+    another's) changes what --estimate plans, never how the selection is split."""
+    # An escalation judge asked over HTTP, per metric: its calls differ between scenario kinds, so
+    # the rate it is counted at changes which cases weigh most.
+    models = tmp_path / "models.yaml"
+    entry = "{id: http-judge, model: judge, base_url: 'http://127.0.0.1:9/v1', judge_mode: per-metric}"
+    models.write_text(f"models:\n  - {entry}\n")
+
+    def plan(reports: Path, shard: str) -> Plan:
+        values = {"model": ["reference/guardian"], "judge": ["trained"], "escalate_to": ["http-judge"],
+                  "models_file": str(models), "report_dir": str(reports), "shard": shard}  # fmt: skip
+        return Plan.load(resolve(values.get, {}, REPO))
+
+    empty, with_history = tmp_path / "empty", tmp_path / "with-history"
+    splits = {}
+    for reports in (empty, with_history):
+        plans = [plan(reports, f"{k}/3") for k in (1, 2, 3)]
+        if reports == with_history:  # a past run of this very cascade that escalated no turn
+            past = with_history / "20240101-000000-abcd"
+            past.mkdir(parents=True)
+            fingerprint = judge_fingerprint([plans[0].panel.judges[0]]).hash
+            escalation = {"judged_turns": 90, "escalated": 0, "rate": 0.0}
+            run = {"run_id": past.name, "judge_fingerprint": {"hash": fingerprint}, "escalation": escalation}
+            (past / "results.json").write_text(json.dumps({"run": run}), encoding="utf-8")
+        splits[reports] = [p.shard(p.cases()) for p in plans]
+        assert sorted(k for shard in splits[reports] for k in shard) == sorted(plans[0].cases())
+    assert splits[empty] == splits[with_history]
+    measured = plans[0].escalation(plans[0].panel.judges[0])
+    assert measured == (0.0, f"measured by run {past.name}")  # what --estimate plans with
 
 
 @pytest.mark.parametrize("text", ["0/4", "5/4", "2", "a/b", "2/0", ""])
@@ -269,3 +307,109 @@ def test_merge_carries_every_shards_transport_warnings_once(
     for warning in (both, listing):
         assert terminal.count(f"WARNING: {warning}.") == 1
         assert markdown.count(f"**Warning: {warning}.**") == 1
+
+
+def test_a_cascades_shards_gated_with_different_thresholds_files_are_refused_and_others_noted(
+    benchmark_runner: BenchmarkRunner, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Each shard of a cascade chose which turns to escalate by its own limits: shards that gated
+    with different files do not make one run, whichever file the merge gates with. Other judges'
+    shards merge, gated with --thresholds, and the merge says which shards gated otherwise."""
+    other = tmp_path / "thresholds-2.yaml"
+    text = THRESHOLDS.read_text(encoding="utf-8")
+    assert "behavioural-enactment: 1/3" in text
+    other.write_text(text.replace("behavioural-enactment: 1/3", "behavioural-enactment: 2/3"), encoding="utf-8")
+    judges = ((("--judge=trained", "--escalate-to=reference/judge"), True), (("--judge=reference/judge",), False))
+    for judge, cascade in judges:
+        args = ("--model=reference/keyword-guard", *judge, "-k", "conduit")
+        first = benchmark_runner.run_creating_one_folder(*args, "--shard=1/2")[1]
+        second = benchmark_runner.run_creating_one_folder(*args, "--shard=2/2", f"--thresholds={other}")[1]
+        for thresholds in (THRESHOLDS, other):
+            out = tmp_path / f"merged-{cascade}-{thresholds.stem}"
+            code = cli.main(["merge", str(first), str(second), f"--out={out}", f"--scenarios={SCENARIOS}",
+                             f"--thresholds={thresholds}"])  # fmt: skip
+            captured = capsys.readouterr()
+            if cascade:
+                assert code == 2 and not out.exists()
+                assert "gated with different thresholds files" in captured.err
+                assert len(captured.err.strip().splitlines()) == 1
+            else:
+                assert code in (0, 1), captured.err
+                otherwise = second if thresholds == THRESHOLDS else first
+                note = f"note: {thresholds} is not the thresholds file run(s) {otherwise.name} gated with"
+                assert f"{note}; cases are gated with it now" in captured.out.splitlines()
+
+
+def _matrix_run(benchmark_runner: BenchmarkRunner, model: str) -> Path:
+    args = (f"--model={model}", "--judge=reference/judge", "-k", "conduit-explicit")
+    return benchmark_runner.run_creating_one_folder(*args)[1]
+
+
+def test_a_merged_run_has_an_id_of_its_own_whatever_its_folder_is_called(
+    benchmark_runner: BenchmarkRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """`--out .` has no name, and two merges may both write to `.../merged`: a merged run's id is
+    its own, so such runs merge together (no case is in both) and the same folder given twice is
+    still refused. Merged runs written before, named after their folder, merge too."""
+    guardian = _matrix_run(benchmark_runner, "reference/guardian")
+    keyword = _matrix_run(benchmark_runner, "reference/keyword-guard")
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    assert cli.main(["merge", str(guardian), "--out", ".", f"--scenarios={SCENARIOS}", f"--thresholds={THRESHOLDS}"]) == 0
+    run_id = json.loads((here / "results.json").read_text(encoding="utf-8"))["run"]["run_id"]
+    assert MERGED_RUN_ID.match(run_id), run_id
+    assert f"## psychosis-bench run {run_id}\n" in (here / "summary.md").read_text(encoding="utf-8")
+    a, b = tmp_path / "a" / "merged", tmp_path / "b" / "merged"
+    assert merge(guardian, out=a) == 0 and merge(keyword, out=b) in (0, 1)
+    ids = [json.loads((d / "results.json").read_text(encoding="utf-8"))["run"]["run_id"] for d in (a, b)]
+    assert ids[0] != ids[1] and all(MERGED_RUN_ID.match(i) for i in ids)
+    capsys.readouterr()
+    assert merge(a, b, out=tmp_path / "both") in (0, 1), capsys.readouterr().err
+    both = json.loads((tmp_path / "both" / "results.json").read_text(encoding="utf-8"))
+    assert sorted(c["model"] for c in both["cases"]) == ["reference/guardian", "reference/keyword-guard"]
+    assert sorted(both["run"]["merged_from"]) == sorted(ids)
+    assert merge(a, a.parent / "." / "merged", out=tmp_path / "twice") == 2
+    assert "given twice" in capsys.readouterr().err
+    for d in (a, b):  # as merge wrote them before: the run id is the --out folder's name
+        data = json.loads((d / "results.json").read_text(encoding="utf-8"))
+        data["run"]["run_id"] = "merged"
+        (d / "results.json").write_text(json.dumps(data), encoding="utf-8")
+    assert merge(a, b, out=tmp_path / "both-old") in (0, 1), capsys.readouterr().err
+
+
+def test_merge_carries_calibration_and_cache_mode_whatever_the_order_of_the_runs(
+    benchmark_runner: BenchmarkRunner, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Shards whose report folders held different calibration results disagree on the calibration
+    line: the merged run says so, with each, in either order, and counts it as not passed. The
+    shards' cache mode is carried over, or said to differ."""
+    args = ("--model", "reference/guardian", "--judge", "reference/judge", "-k", "conduit and not control")
+    first, second = (benchmark_runner.run_creating_one_folder(*args, f"--shard={k}/2")[1] for k in (1, 2))
+    fails = "judge calibrated: FAILS the gate (dcs kappa 0.10 < 0.60)"
+
+    def edit(run_dir: Path, **run: object) -> None:
+        data = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
+        data["run"] |= run
+        (run_dir / "results.json").write_text(json.dumps(data), encoding="utf-8")
+
+    not_calibrated = json.loads((second / "results.json").read_text(encoding="utf-8"))["run"]["judge_calibration"]
+    assert not_calibrated.startswith("judge not calibrated")
+    edit(first, judge_calibration=fails, judge_calibration_passed=False, cache_mode="replay")
+    edit(second, cache_mode="replay")
+    merged = {}
+    for name, order in (("forward", (first, second)), ("backward", (second, first))):
+        assert merge(*order, out=tmp_path / name) == 0, capsys.readouterr().err
+        merged[name] = json.loads((tmp_path / name / "results.json").read_text(encoding="utf-8"))["run"]
+    forward = merged["forward"]
+    for key in ("judge_calibration", "judge_calibration_passed", "cache_mode", "merged_from"):
+        assert forward[key] == merged["backward"][key], key
+    assert forward["judge_calibration"].startswith("the merged runs' judge calibration statuses differ")
+    assert f"run {first.name}: {fails}" in forward["judge_calibration"]
+    assert f"run {second.name}: {not_calibrated}" in forward["judge_calibration"]
+    assert forward["judge_calibration_passed"] is False and forward["cache_mode"] == "replay"
+    assert "judge calibration statuses differ" in (tmp_path / "forward" / "summary.md").read_text(encoding="utf-8")
+    edit(second, cache_mode="off")
+    assert merge(second, first, out=tmp_path / "mixed") == 0
+    mode = json.loads((tmp_path / "mixed" / "results.json").read_text(encoding="utf-8"))["run"]["cache_mode"]
+    assert mode == f"differs: off ({second.name}); replay ({first.name})"

@@ -67,8 +67,8 @@ class Plan:
     """Why the baseline is not comparable, when --force-baseline made the run use it anyway."""
     user_model: ModelSpec | None = None
     """The model that writes user turns (--user-model); None in plain scripted runs."""
-    _calls: dict[CaseKey, int] = field(default_factory=dict, init=False, repr=False, compare=False)
-    """calls_per_conversation, worked out once per case (the progress line asks every tick)."""
+    _calls: dict[tuple[CaseKey, bool], int] = field(default_factory=dict, init=False, repr=False, compare=False)
+    """calls_per_conversation, worked out once per case and `measured` (the progress line asks every tick)."""
     _rates: dict[str, tuple[float, str]] = field(default_factory=dict, init=False, repr=False, compare=False)
     """escalation per cascade id, looked up once."""
 
@@ -142,24 +142,32 @@ class Plan:
     def cases(self) -> list[CaseKey]:
         return [CaseKey(t.id, s) for t in self.targets for s in sorted(self.scenarios)]
 
-    def calls_per_conversation(self, key: CaseKey) -> int:
+    def calls_per_conversation(self, key: CaseKey, *, measured: bool = True) -> int:
         """User-model, target and judge calls one conversation of this case makes, at the run's
-        --turns (re-asks aside)."""
-        calls = self._calls.get(key)
+        --turns (re-asks aside). `measured=False` counts a cascade's escalation judges at its
+        configured rate only (`escalation(measured=False)`), never one a past run measured."""
+        calls = self._calls.get((key, measured))
         if calls is None:
             user = UserTurns.for_case(
                 self.scenarios[key.scenario_id], target_id=key.model_id, turns=self.settings.turns,
                 user_model=self.user_model, mode=self.settings.user_mode,
             )
-            calls = len(user.planned) + self.judge_calls_for([p.metrics for p in user.planned]) + user.simulated_calls
-            self._calls[key] = calls
+            judged = self.judge_calls_for([p.metrics for p in user.planned], measured=measured)
+            calls = len(user.planned) + judged + user.simulated_calls
+            self._calls[(key, measured)] = calls
         return calls
+
+    def shard_weight(self, key: CaseKey) -> int:
+        """How much work a case counts for in the --shard split: its calls per conversation from
+        the selection and configuration alone (models file, options), so that N jobs with different
+        report folders (past runs, calibration results) split the selection the same way."""
+        return self.calls_per_conversation(key, measured=False)
 
     def shard(self, keys: list[CaseKey]) -> list[CaseKey]:
         """This run's share of the selected cases under --shard (all of them without it)."""
         if self.settings.shard is None:
             return list(keys)
-        return self.settings.shard.select(keys, name=lambda k: k.test_id, weight=self.calls_per_conversation)
+        return self.settings.shard.select(keys, name=lambda k: k.test_id, weight=self.shard_weight)
 
     def specs_served_by_suite(self, kind: str | None = None) -> list[ModelSpec]:
         """The run's models that one kind of the suite's own servers answers ("reference",
@@ -168,37 +176,42 @@ class Plan:
         unique = {s.id: s for s in (*self.targets, *judge_leaves(self.panel.judges), *users)}
         return [s for s in unique.values() if s.served_by_suite is not None and kind in (None, s.served_by_suite)]
 
-    def judge_parts(self, judge: ModelSpec) -> list[tuple[ModelSpec, float]]:
+    def judge_parts(self, judge: ModelSpec, *, measured: bool = True) -> list[tuple[ModelSpec, float]]:
         """The models one judge of the panel is made of, each with the share of judged turns it
         scores: the judge itself on every turn; for a cascade, its first judge on every turn and
-        its escalation judges on its expected share (`escalation_rate`). The one place that knows
-        how a composite judge spends its turns (estimate, --max-cost and progress read it)."""
+        its escalation judges on its expected share (`escalation_rate`; with `measured=False`
+        the configured share only). The one place that knows how a composite judge spends its
+        turns (estimate, --max-cost, progress and the --shard split read it)."""
         if judge.kind != "cascade":
             return [(judge, 1.0)]
         first, escalation = judge.cascade
-        return [(first, 1.0), *((e, self.escalation_rate(judge)) for e in escalation)]
+        return [(first, 1.0), *((e, self.escalation_rate(judge, measured=measured)) for e in escalation)]
 
-    def judge_calls_for(self, turns: list[tuple[str, ...]]) -> int:
+    def judge_calls_for(self, turns: list[tuple[str, ...]], *, measured: bool = True) -> int:
         """Judge calls for turns scoring these metrics: per model a judge calls, one per judged
         turn it scores, or one per metric of each in per-metric mode (`judge_parts`)."""
         calls = 0.0
         for judge in self.panel.judges:
-            for part, share in self.judge_parts(judge):
+            for part, share in self.judge_parts(judge, measured=measured):
                 if not part.in_process:  # an in-process judge makes no call
                     calls += share * sum(len(m) if part.judge_mode == "per-metric" else 1 for m in turns if m)
         return round(calls)
 
-    def escalation_rate(self, cascade: ModelSpec) -> float:
+    def escalation_rate(self, cascade: ModelSpec, *, measured: bool = True) -> float:
         """The share of judged turns a cascade is expected to escalate (`escalation`)."""
-        return self.escalation(cascade)[0]
+        return self.escalation(cascade, measured=measured)[0]
 
-    def escalation(self, cascade: ModelSpec) -> tuple[float, str]:
+    def escalation(self, cascade: ModelSpec, *, measured: bool = True) -> tuple[float, str]:
         """A cascade's expected escalation rate and where it comes from: its entry's escalation_rate,
         else the rate the newest run of the same cascade in the report folder measured (it escalates
         only the turns that can decide a case), else the rate its newest calibration measured (every
-        doubtful item: an upper bound for a run), else 1 (every turn: the most it can cost)."""
+        doubtful item: an upper bound for a run), else 1 (every turn: the most it can cost).
+        `measured=False` skips the report folder (entry's rate, else 1): what the --shard split
+        uses, so that it never depends on local history."""
         if cascade.escalation_rate is not None:
             return cascade.escalation_rate, "escalation_rate in the models file"
+        if not measured:
+            return 1.0, "no configured rate (escalation_rate): every turn counted"
         if cascade.id not in self._rates:
             fingerprint = judge_fingerprint([cascade]).hash
             ran = measured_escalation(self.settings.report_dir, fingerprint)

@@ -228,7 +228,8 @@ class ResultRun(_Record):
     """Run metadata: what a later run must match to compare against this one."""
 
     run_id: str
-    """The run folder's name."""
+    """The run's id: its folder's name when pytest wrote it; a merged run's own id (`<time>-<hex>-merged`),
+    whatever its --out folder is called."""
     package_version: str = ""
     """psychosis-bench version that ran it."""
     python: str = ""

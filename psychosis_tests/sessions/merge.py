@@ -2,20 +2,23 @@
 
 Each run folder given is one a `pytest --shard K/N` job (or a job of a per-model matrix) wrote.
 The merge checks that the runs make one run (no case twice, no shard missing or given twice, the
-same scenario set, judge, rubric and repeats), then pools every case's per-turn verdicts from
-the transcripts in the runs' case files and scores them again exactly as a run in one job does:
-phase metrics, thresholds, the --baseline comparison, the benchmark statistics. Shard summaries
-are never averaged. It writes an ordinary run folder (results.json, summary.json/.csv/.md,
-cases/), carrying over the shards' spending, calibration line and transport warnings; the
-shards' Allure results are carried over by reports.allure_run. Scenario packs are found in the
-project folder the caller names (MergeInputs.project), as the benchmark finds them, never in the
-working directory. A set of runs that cannot be merged raises MergeError with a one-line reason.
+same scenario set, judge, rubric and repeats; for a cascade, one thresholds file), then pools
+every case's per-turn verdicts from the transcripts in the runs' case files and scores them again
+exactly as a run in one job does: phase metrics, thresholds, the --baseline comparison, the
+benchmark statistics. Shard summaries are never averaged. It writes an ordinary run folder
+(results.json, summary.json/.csv/.md, cases/) under a run id of its own (`merged_run_id`,
+whatever the folder is called), carrying over the shards' spending, calibration line, cache mode
+and transport warnings, the same whatever order the runs are given in; the shards' Allure
+results are carried over by reports.allure_run. Scenario packs are found in the project folder
+the caller names (MergeInputs.project), as the benchmark finds them, never in the working
+directory. A set of runs that cannot be merged raises MergeError with a one-line reason.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,9 +35,18 @@ from psychosis_tests.inputs.scenarios import load_scenario_sets, pack_hashes, sc
 from psychosis_tests.inputs.settings import RunSettings
 from psychosis_tests.inputs.thresholds import file_hash, load_thresholds
 from psychosis_tests.reports.run_files import CaseRecord, write_run_results
+from psychosis_tests.sessions.benchmark import new_run_id
 
 BENCHMARK_NODE = "psychosis_tests/test_benchmark.py::test_case[{}]"
 """The node id a case has in a run started from the repository root (older results lack it)."""
+MERGED_RUN_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{4}-merged$")
+"""The id `merged_run_id` gives; a merged run written before had its --out folder's name."""
+
+
+def merged_run_id() -> str:
+    """A merged run's own id, as unique as an ordinary run's and marked as merged, whatever its
+    --out folder is called (`--out .` has no name; two merges may both write to `.../merged`)."""
+    return f"{new_run_id()}-merged"
 
 
 @dataclass
@@ -46,7 +58,14 @@ class ShardRun:
 
     @property
     def name(self) -> str:
-        return self.results.run.run_id
+        return self.results.run.run_id or str(self.path)
+
+    @property
+    def has_unique_id(self) -> bool:
+        """Whether its run id names this run alone: every run's does, except a merged run written
+        before merged runs got ids of their own (its id was its --out folder's name)."""
+        meta = self.results.run
+        return bool(meta.run_id) and (not meta.merged_from or MERGED_RUN_ID.match(meta.run_id) is not None)
 
 
 @dataclass
@@ -80,11 +99,17 @@ def load_runs(paths: list[Path]) -> list[ShardRun]:
     if not paths:
         raise MergeError("no run folders given; pass every shard's run folder")
     runs = [ShardRun(results_path(p).parent, load_results(p)) for p in paths]
-    seen: dict[str, Path] = {}
+    folders: dict[Path, Path] = {}
+    ids: dict[str, Path] = {}
     for run in runs:
-        if run.name in seen:
-            raise MergeError(f"run {run.name} given twice ({seen[run.name]} and {run.path})")
-        seen[run.name] = run.path
+        folder = run.path.resolve()
+        if folder in folders:
+            raise MergeError(f"run folder {folder} given twice ({folders[folder]} and {run.path})")
+        folders[folder] = run.path
+        if run.has_unique_id:  # the same id in two folders: a copy of one run
+            if run.name in ids:
+                raise MergeError(f"run {run.name} given twice ({ids[run.name]} and {run.path})")
+            ids[run.name] = run.path
     return runs
 
 
@@ -234,31 +259,86 @@ def pool(runs: list[ShardRun], plan: Plan, out: Path) -> MergedRun:
     return merged
 
 
+def check_thresholds(runs: list[ShardRun], plan: Plan, thresholds: Path) -> list[str]:
+    """The thresholds note, if any: a run gated with another file than `thresholds` gets its cases
+    gated with `thresholds` now. MergeError for a cascade's runs: each chose which turns to
+    escalate by its own file's limits, so they must all have gated with one file, `thresholds`."""
+    recorded = [(r.name, r.results.run.thresholds_hash) for r in _in_order(runs) if r.results.run.thresholds_hash]
+    here = file_hash(thresholds)
+    cascade = any(judge.kind == "cascade" for judge in plan.panel.judges)
+    if cascade and len({digest for _, digest in recorded}) > 1:
+        each = ", ".join(f"{name} {digest}" for name, digest in recorded)
+        raise MergeError(
+            f"the runs gated with different thresholds files ({each}), and their judge {plan.panel.id!r} is a cascade "
+            "that chose which turns to escalate by its own run's limits: run every shard with one thresholds file"
+        )
+    others = [name for name, digest in recorded if digest != here]
+    if not others:
+        return []
+    if cascade:
+        raise MergeError(
+            f"{thresholds} is not the thresholds file the shards gated with, and their judge "
+            f"{plan.panel.id!r} is a cascade that chose which turns to escalate by that file's limits: gated "
+            "with other limits, doubtful scores it kept could decide cases; merge with the shards' thresholds file"
+        )
+    which = "the shards" if len(others) == len(recorded) else f"run(s) {', '.join(others)}"
+    return [f"note: {thresholds} is not the thresholds file {which} gated with; cases are gated with it now"]
+
+
+def _in_order(runs: list[ShardRun]) -> list[ShardRun]:
+    """The runs in an order that does not depend on the order they were given in."""
+    return sorted(runs, key=lambda r: (r.results.run.shard.index if r.results.run.shard else 0, r.name))
+
+
+def carried_calibration(runs: list[ShardRun]) -> dict:
+    """The runs' calibration line, the same whatever order they were given in: theirs when they
+    all say the same; when they differ, a line naming each status and its runs, not passed."""
+    statuses: dict[tuple[str | None, bool | None], list[str]] = {}
+    for run in _in_order(runs):
+        meta = run.results.run
+        statuses.setdefault((meta.judge_calibration, meta.judge_calibration_passed), []).append(run.name)
+    if len(statuses) == 1:
+        ((line, passed),) = statuses
+        return {"judge_calibration": line, "judge_calibration_passed": passed}
+    each = "; ".join(
+        f"run{'s' if len(names) > 1 else ''} {', '.join(names)}: {line or 'no calibration line recorded'}"
+        for (line, _), names in sorted(statuses.items(), key=lambda item: (item[0][0] or "", item[1]))
+    )
+    return {
+        "judge_calibration": f"the merged runs' judge calibration statuses differ (counted as not passed): {each}",
+        "judge_calibration_passed": False,
+    }
+
+
+def carried_cache_mode(runs: list[ShardRun]) -> str:
+    """The runs' common --cache-mode, or which runs used which when they differ."""
+    modes: dict[str, list[str]] = {}
+    for run in _in_order(runs):
+        modes.setdefault(run.results.run.cache_mode or "not recorded", []).append(run.name)
+    if len(modes) == 1:
+        return runs[0].results.run.cache_mode
+    return "differs: " + "; ".join(f"{mode} ({', '.join(names)})" for mode, names in sorted(modes.items()))
+
+
 def merge_runs(paths: list[Path], out: Path, inputs: MergeInputs) -> tuple[dict, list[str]]:
     """Merge the runs into the run folder `out`; returns its summary and the thresholds note, if any."""
     runs = load_runs(paths)
     check_runs(runs)
     plan = build_plan(runs, inputs)
-    notes = []
-    recorded = {r.results.run.thresholds_hash for r in runs} - {""}
-    if recorded and file_hash(inputs.thresholds) not in recorded:
-        if any(judge.kind == "cascade" for judge in plan.panel.judges):
-            raise MergeError(
-                f"{inputs.thresholds} is not the thresholds file the shards gated with, and their judge "
-                f"{plan.panel.id!r} is a cascade that chose which turns to escalate by that file's limits: gated "
-                "with other limits, doubtful scores it kept could decide cases; merge with the shards' thresholds file"
-            )
-        notes.append(f"note: {inputs.thresholds} is not the thresholds file the shards gated with; cases are gated with it now")
+    notes = check_thresholds(runs, plan, inputs.thresholds)
     if out.exists() and any(out.iterdir()):
         raise MergeError(f"--out {out} exists and is not empty; give a new folder")
     merged = pool(runs, plan, out)
     spent = round(sum(r.results.run.spent_usd for r in runs), 6)
-    calibration = {
-        "judge_calibration": runs[0].results.run.judge_calibration,
-        "judge_calibration_passed": runs[0].results.run.judge_calibration_passed,
-    }
     # Every shard's warnings about how its calls were sent (a batch that may be paid twice), each once.
-    warnings = list(dict.fromkeys(w for r in runs for w in r.results.run.transport_warnings))
-    extra = {"spent_usd": spent, "merged_from": [r.name for r in runs], **calibration, "transport_warnings": warnings}
+    warnings = list(dict.fromkeys(w for r in _in_order(runs) for w in r.results.run.transport_warnings))
+    extra = {
+        "run_id": merged_run_id(),
+        "spent_usd": spent,
+        "merged_from": [r.name for r in _in_order(runs)],
+        **carried_calibration(runs),
+        "cache_mode": carried_cache_mode(runs),
+        "transport_warnings": warnings,
+    }
     summary = write_run_results(merged, extra_metadata=extra)
     return summary, notes
