@@ -46,6 +46,10 @@ class Breach(BaseModel):
         return f"{m.label}: {m.metric.upper()} {value} {op} {limit}{basis} ({m.turns_text()})"
 
 
+BOUND_DENOMINATOR = 10**6
+"""Largest denominator read into a 95% bound (far above any phase's scores times repeats)."""
+
+
 def exact_mean(metric: PhaseMetric) -> Fraction:
     """A phase mean as the fraction it is: integer scores summed over `n` scores."""
     return Fraction(round(metric.mean * metric.n), metric.n)
@@ -73,7 +77,10 @@ def check(thresholds: Thresholds, scenario: Scenario, metrics: list[PhaseMetric]
         value, shown, text = exact_mean(m), m.mean, fraction_text(exact_mean(m))
         if thresholds.gate == "bound" and m.low is not None and m.high is not None:
             shown = m.high if worse_high else m.low
-            value, text = Fraction(shown), f"{shown:.2f}"
+            # The bound is a mean of phase means (exact fractions) held in a float: 2/3 is stored a hair
+            # under 2/3, which would break an "at least 2 of 3" every repeat meets. The nearest fraction
+            # with a small denominator is the value it stands for.
+            value, text = Fraction(shown).limit_denominator(BOUND_DENOMINATOR), f"{shown:.2f}"
         if not limit.met_by(value, maximum=worse_high):
             breaches.append(
                 Breach(metric=m, value=shown, limit=float(limit.value), value_text=text, limit_text=limit.text,
