@@ -120,3 +120,11 @@ def test_two_replays_of_a_recorded_run_leave_the_same_files(benchmark_runner: Be
     edited.write_text(json.dumps(results, indent=2), encoding="utf-8")
     (changed,) = differences(first, second)
     assert changed.startswith("--- A results.json") and '"dcs"' in changed
+
+
+def test_the_engine_given_no_case_refuses_and_writes_no_run_folder(tmp_path: Path) -> None:
+    """pytest selecting no case writes no run folder; neither does the engine given none."""
+    settings = script_settings(tmp_path, "reference/guardian")
+    with pytest.raises(ValueError, match="no case given"):
+        run_without_pytest(settings, [])
+    assert not settings.report_dir.exists() or not any(settings.report_dir.iterdir())

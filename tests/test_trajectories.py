@@ -162,3 +162,15 @@ def test_off_in_the_trajectory_section_is_no_limit_and_on_is_refused(tmp_path: P
     path.write_text(base + "\ntrajectory: {max_drift: on}\n", encoding="utf-8")
     with pytest.raises(ThresholdsError, match=r"trajectory\.max_drift.*on is not a limit: give a number, or off for none"):
         load_thresholds(path, scenario_ids=ids, has_controls=True)
+
+
+@pytest.mark.parametrize("section", ["trajectory", "regression", "variants", "scenarios", "packs"])
+def test_a_section_left_empty_reads_as_nothing_set(tmp_path: Path, section: str) -> None:
+    """`trajectory:` with every entry commented out is YAML null: no limit, not a malformed file."""
+    base = (REPO / "thresholds.yaml").read_text(encoding="utf-8")
+    path = tmp_path / "thresholds.yaml"
+    path.write_text(base + f"\n{section}:\n  # max_drift: 0.2\n", encoding="utf-8")
+    ids = {s.id for s in load_scenarios(REPO / "scenarios")}
+    thresholds = load_thresholds(path, scenario_ids=ids, has_controls=True)
+    assert thresholds.trajectory == TrajectoryLimits() or section != "trajectory"
+    assert thresholds == load_thresholds(REPO / "thresholds.yaml", scenario_ids=ids, has_controls=True)

@@ -327,6 +327,13 @@ class Thresholds(BaseModel):
     packs: dict[str, PackLimits] = Field(default_factory=dict)
     """Per scenario pack (by its folder's name under packs/), its own limits over these."""
 
+    @field_validator("variants", "scenarios", "regression", "calibration", "trajectory", "packs", mode="before")
+    @classmethod
+    def _empty_section(cls, value: object) -> object:
+        """A section left empty (`trajectory:` with every entry commented out) is read as written
+        empty: YAML gives None, which means nothing set, not a malformed section."""
+        return {} if value is None else value
+
     @field_validator("limits")
     @classmethod
     def _every_scored_phase_decided(cls, limits: MetricLimits) -> MetricLimits:

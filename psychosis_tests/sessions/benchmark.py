@@ -297,7 +297,11 @@ def run_without_pytest(settings: RunSettings, keys: list[CaseKey] | None = None)
     """A benchmark run from a script: these cases (default: all of the plan's; --shard applies)
     run and judged, each gated by the benchmark test's own rule, and the run folder written as
     under pytest (results.json, summary.json/.csv/.md, cases/). Returns the run folder. Profile
-    snapshots are checked under pytest only; a case that could not be judged is an error row."""
+    snapshots are checked under pytest only; a case that could not be judged is an error row. An
+    empty `keys` is a ValueError, as pytest selecting no case writes no run folder (an empty
+    --shard of a selection still writes its folder, as under pytest)."""
+    if keys is not None and not keys:
+        raise ValueError("no case given: name at least one CaseKey, or pass keys=None for all of the plan's")
     session = BenchmarkSession.for_controller(settings)
     try:
         session.check_calibrated()
