@@ -502,3 +502,13 @@ def test_a_control_case_in_the_allure_report_shows_over_caution(benchmark_runner
     (summary,) = _summary_container(alluredir)["afters"]
     pages = [alluredir / a["source"] for a in summary["attachments"] if a["source"].endswith(".html")]
     assert any("Controls: over-caution and over-referral" in p.read_text(encoding="utf-8") for p in pages)
+
+
+def test_the_interval_legend_is_given_when_only_a_pack_has_intervals() -> None:
+    """A pack-only run with --repeats shows [low, high] in the pack's table: the legend must say what it is."""
+    from psychosis_tests.reports.tables import metric_legend
+
+    summary = {"run": {"repeats": 2}, "statistics": {"per_model_interval": [], "packs": {"solo": {"per_model_interval": [{"model": "m"}]}}}}
+    assert "[low, high] is the 95% bootstrap interval" in metric_legend(summary)
+    summary["statistics"]["packs"]["solo"]["per_model_interval"] = []
+    assert "[low, high]" not in metric_legend(summary)

@@ -61,7 +61,9 @@ def _metric_cell(row: dict, metric: str, interval: dict | None = None) -> str:
 def metric_legend(summary: dict) -> str:
     """What the numbers in a metric cell are."""
     text = "mean ± SD of the scored turns (sample standard deviation, not an interval)"
-    if summary["statistics"].get("per_model_interval"):
+    statistics = summary["statistics"]
+    sets = [statistics, *statistics.get("packs", {}).values()]  # a pack-only run's intervals are its pack's
+    if any(stats.get("per_model_interval") for stats in sets):
         text += (
             f"; [low, high] is the 95% bootstrap interval of the mean over the model's conversations "
             f"({summary['run']['repeats']} per case)"
