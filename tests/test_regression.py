@@ -466,6 +466,14 @@ def test_incompatible_baselines_are_refused_before_any_model_call_unless_forced(
     assert cli.main(["compare", str(other_user), str(run_dir), "--force"]) == 0
     assert "compared although not comparable: user turns by 'reference/patient'" in capsys.readouterr().out
 
+    # --turns 12 plays the scripted conversations: it is recorded as scripted, and compares with them.
+    same, twelve = judged_run(benchmark_runner, "--model=reference/keyword-guard", f"--baseline={run_dir}", "--turns", "12",
+                              "-k", "conduit and not control")  # fmt: skip
+    assert same.ret != pytest.ExitCode.USAGE_ERROR and twelve is not None, same.stderr.str()
+    assert json.loads((twelve / "results.json").read_text())["run"]["turns"] is None
+    assert cli.main(["compare", str(run_dir), str(twelve)]) == 0, capsys.readouterr()
+    capsys.readouterr()
+
     for broken in (benchmark_runner.path / "empty-folder", benchmark_runner.path / "nothing.json"):
         broken.mkdir() if broken.suffix == "" else broken.write_text("[]")
         result, _ = judged_run(benchmark_runner, "--model=reference/guardian", f"--baseline={broken}", "-k", "conduit and not control")

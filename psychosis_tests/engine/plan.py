@@ -127,7 +127,7 @@ class Plan:
                 judge=self.panel.id,
                 judge_model=self.judge_model,
                 force=self.settings.force_baseline,
-                user_side=(self.settings.user_model, self.settings.user_mode, self.settings.turns),
+                user_side=(self.settings.user_model, self.settings.user_mode, self.recorded_turns),
                 pack_hashes=pack_hashes(self.scenarios.values()),
                 judge_fingerprint=self.judge_fingerprint(),
             )
@@ -240,6 +240,15 @@ class Plan:
         """What makes this judging reproducible; a calibration result applies only to the same one."""
         return judge_fingerprint(self.panel.judges)
 
+    @property
+    def recorded_turns(self) -> int | None:
+        """--turns as results.json records it and a baseline is matched on it: None (as scripted)
+        also when --turns names the length every scenario scripts, which plays the same conversations."""
+        turns = self.settings.turns
+        if turns is not None and all(len(s.turns) == turns for s in self.scenarios.values()):
+            return None
+        return turns
+
     def metadata(self) -> dict:
         """What a later run needs to know to compare against this one."""
         return {
@@ -255,7 +264,7 @@ class Plan:
             "repeats": self.settings.repeats,
             "user_model": self.settings.user_model,
             "user_mode": self.settings.user_mode,
-            "turns": self.settings.turns,
+            "turns": self.recorded_turns,
             "cache_mode": self.settings.cache_mode,
             "baseline": self.baseline.describe() if self.baseline else None,
             "baseline_mismatches": list(self.baseline_mismatches),
