@@ -513,24 +513,30 @@ def test_calibrate_ignores_the_benchmarks_target_and_pack_variables(
     assert _result(tmp_path)["judge"] == judge
 
 
-def test_calibration_md_puts_ids_in_code_spans_as_they_are_and_inert() -> None:
-    # A code span shows its text as it is: `trained>reference/judge`, not `trained&gt;reference/judge`;
-    # a backtick in an id must not close the span and let `<script>` out as HTML.
+def _one_item_result(*, calibration_path: str, judge: str, worst: dict, **fields: object):  # noqa: ANN202
+    """A passing CalibrationResult on one item whose one disagreement is `worst` (its id, rationale, reply)."""
     from psychosis_tests.inputs.judge_identity import judge_fingerprint
     from psychosis_tests.inputs.models import builtin_models
     from psychosis_tests.records.calibration_result import CalibrationResult
+
+    return CalibrationResult.model_validate({
+        "run_id": "r-calibration", "finished_at": "2026-11-29T00:00:00+00:00", "calibration_path": calibration_path,
+        "items": 1, "judged_items": 1, "judge": judge, "passed": True,
+        "fingerprint": judge_fingerprint([builtin_models()["reference/judge"]]).model_dump(mode="json"),
+        "metrics": [{"metric": "dcs", "n": 1, "kappa": 1.0, "weighting": "quadratic", "exact_agreement": 1.0}],
+        "worst": [{"scenario": "s", "turn": 4, "distance": 1, "gold": {"dcs": 0}, "judged": {"dcs": 1}, "reason": "g", **worst}],
+        **fields,
+    })  # fmt: skip
+
+
+def test_calibration_md_puts_ids_in_code_spans_as_they_are_and_inert() -> None:
+    # A code span shows its text as it is: `trained>reference/judge`, not `trained&gt;reference/judge`;
+    # a backtick in an id must not close the span and let `<script>` out as HTML.
     from psychosis_tests.reports.calibration import markdown_lines
 
     hostile = "x`<script>alert(1)</script>"
-    result = CalibrationResult.model_validate({
-        "run_id": "r-calibration", "finished_at": "2026-11-29T00:00:00+00:00", "calibration_path": "my set/a&b",
-        "items": 1, "judged_items": 1, "judge": "trained>reference/judge", "passed": True,
-        "fingerprint": judge_fingerprint([builtin_models()["reference/judge"]]).model_dump(mode="json"),
-        "metrics": [{"metric": "dcs", "n": 1, "kappa": 1.0, "weighting": "quadratic", "exact_agreement": 1.0}],
-        "judge_failures": {hostile: 1},
-        "worst": [{"item_id": hostile, "scenario": "s", "turn": 4, "distance": 1, "gold": {"dcs": 0},
-                   "judged": {"dcs": 1}, "rationale": "r", "reason": "g", "reply": "y"}],
-    })  # fmt: skip
+    result = _one_item_result(calibration_path="my set/a&b", judge="trained>reference/judge", judge_failures={hostile: 1},
+                              worst={"item_id": hostile, "rationale": "r", "reply": "y"})  # fmt: skip
     lines = markdown_lines(result)
     assert lines[2].startswith("Judge `trained>reference/judge` (fingerprint `")
     assert "calibration set `my set/a&b`: 1 of 1 items judged" in lines[2]
@@ -542,20 +548,10 @@ def test_calibration_md_puts_ids_in_code_spans_as_they_are_and_inert() -> None:
 def test_calibration_md_shows_a_hostile_rationale_and_reply_as_plain_text() -> None:
     # A judge's rationale and a reply are endpoint text: no escape sequence, no image, link,
     # emphasis or code span of theirs may reach calibration.md, and cat-ing it must be safe.
-    from psychosis_tests.inputs.judge_identity import judge_fingerprint
-    from psychosis_tests.inputs.models import builtin_models
-    from psychosis_tests.records.calibration_result import CalibrationResult
     from psychosis_tests.reports.calibration import markdown_lines
 
     hostile = "\x1b[31mred\x1b]0;title\x07 \x9b2J \u202e ![pixel](http://attacker.invalid/p.png) [login](http://attacker.invalid) **now** `x` | cell"
-    result = CalibrationResult.model_validate({
-        "run_id": "r-calibration", "finished_at": "2026-11-29T00:00:00+00:00", "calibration_path": "set",
-        "items": 1, "judged_items": 1, "judge": "j", "passed": True,
-        "fingerprint": judge_fingerprint([builtin_models()["reference/judge"]]).model_dump(mode="json"),
-        "metrics": [{"metric": "dcs", "n": 1, "kappa": 1.0, "weighting": "quadratic", "exact_agreement": 1.0}],
-        "worst": [{"item_id": "i", "scenario": "s", "turn": 4, "distance": 1, "gold": {"dcs": 0},
-                   "judged": {"dcs": 1}, "rationale": hostile, "reason": "g", "reply": hostile}],
-    })  # fmt: skip
+    result = _one_item_result(calibration_path="set", judge="j", worst={"item_id": "i", "rationale": hostile, "reply": hostile})
     text = "\n".join(markdown_lines(result))
     for raw in ("\x1b", "\x07", "\x9b", "\u202e", "![pixel](", "[login](", "**now**", "`x`", "| cell"):
         assert raw not in text, raw

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import re
 import json
+import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -470,19 +471,22 @@ def test_calibrate_with_an_edited_metadata_stops_with_one_line_exit_2(tmp_path: 
     assert_one_line_naming(lines[0].removeprefix("psychosis-bench calibrate: "), edited, expected)
 
 
-def test_a_benchmark_run_judged_by_a_file_with_edited_metadata_stops_with_exit_4(tmp_path: Path, model_file: Path) -> None:
-    """The same through pytest --judge: a usage error (exit 4) naming the file, no INTERNALERROR."""
-    import subprocess
-
-    edited = with_meta(model_file, tmp_path / "edited.npz", without("block_weights"))
+def judged_by_model_file(tmp_path: Path, model_file: Path) -> subprocess.CompletedProcess[str]:
+    """A benchmark run of one case judged by a trained judge entry on `model_file`, in a subprocess."""
     models = tmp_path / "models.yaml"
-    models.write_text(f"models:\n  - {{id: mine, model: m, kind: trained, model_file: {edited}}}\n")
-    done = subprocess.run(
+    models.write_text(f"models:\n  - {{id: mine, model: m, kind: trained, model_file: {model_file}}}\n")
+    return subprocess.run(
         [sys.executable, "-m", "pytest", str(REPO / "psychosis_tests" / "test_benchmark.py"), "-p", "no:cacheprovider",
          "--model=reference/guardian", "--judge=mine", f"--models-file={models}", f"--report-dir={tmp_path / 'r'}",
          "-k", "conduit-explicit"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
+
+
+def test_a_benchmark_run_judged_by_a_file_with_edited_metadata_stops_with_exit_4(tmp_path: Path, model_file: Path) -> None:
+    """The same through pytest --judge: a usage error (exit 4) naming the file, no INTERNALERROR."""
+    edited = with_meta(model_file, tmp_path / "edited.npz", without("block_weights"))
+    done = judged_by_model_file(tmp_path, edited)
     assert done.returncode == 4, done.stdout + done.stderr
     assert "INTERNALERROR" not in done.stdout + done.stderr and "Traceback" not in done.stdout + done.stderr
     assert f"{edited}: its metadata has no 'block_weights'; rebuild it with train-judge" in done.stderr
@@ -627,16 +631,7 @@ def test_the_shipped_model_was_trained_on_the_shipped_corpus_and_passed_its_gate
 
 
 def test_a_missing_model_file_stops_the_run_before_any_call(tmp_path: Path) -> None:
-    import subprocess
-
-    models = tmp_path / "models.yaml"
-    models.write_text(f"models:\n  - {{id: mine, model: m, kind: trained, model_file: {tmp_path / 'gone.npz'}}}\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", str(REPO / "psychosis_tests" / "test_benchmark.py"), "-p", "no:cacheprovider",
-         "--model=reference/guardian", "--judge=mine", f"--models-file={models}", f"--report-dir={tmp_path / 'r'}",
-         "-k", "conduit-explicit"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    done = judged_by_model_file(tmp_path, tmp_path / "gone.npz")
     assert done.returncode == 4, done.stdout + done.stderr
     assert f"{tmp_path / 'gone.npz'}: no trained judge model file here" in done.stderr
     assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
