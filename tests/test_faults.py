@@ -525,3 +525,28 @@ def test_a_base_url_without_v1_gets_a_hint(loopback: ReferenceServer) -> None:
         f"turn 1: 'no-v1' at {url} failed: HTTP 404: no such endpoint: POST /chat/completions "
         "(is base_url missing /v1?) (not retryable, 1 attempt)"
     )
+
+
+def test_the_progress_total_counts_what_an_errored_case_called_not_what_it_planned(tmp_path: Path) -> None:
+    """A case that errors on turn 1 will never make its other calls: counted as planned, they kept
+    the total (and the ETA) up to the end of the run."""
+    from psychosis_tests.analysis.outcome import evaluate_case
+
+    settings = RunSettings(
+        targets=["reference/guardian", "reference/fail-500"], judge="reference/judge", models_file=tmp_path / "absent.yaml",
+        models_file_given=False, scenarios=REPO / "scenarios", thresholds=REPO / "thresholds.yaml",
+        report_dir=tmp_path, cache_mode="off", cache_path=tmp_path / "unused.sqlite3",
+    )  # fmt: skip
+    plan = Plan.load(settings)
+    keys = [CaseKey("reference/guardian", CASE), CaseKey("reference/fail-500", CASE)]
+    with (
+        SuiteServers.start(plan.specs_served_by_suite(), log_dir=tmp_path) as served,
+        Runner(plan, run_dir=tmp_path / "run", evaluate=evaluate_case, base_urls=served.base_urls) as runner,
+    ):
+        runner.start(keys)
+        runner.outcome(keys[0])
+        with pytest.raises(CaseError):
+            runner.outcome(keys[1])
+        counts = runner.progress_counts()
+    assert plan.calls_per_conversation(keys[1]) == TURNS  # the reference judge scores in-process
+    assert counts["calls_done"] == counts["calls_total"] == TURNS  # the guardian's 12; the failed case made none

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -62,6 +63,8 @@ class CallCounters:
     """Calls sleeping right now before their next attempt (Retry-After or backoff)."""
     longest_wait: float = 0.0
     """The longest of those waits, in seconds."""
+    by_conversation: Counter[str] = field(default_factory=Counter)
+    """Answered calls and cache hits per conversation (`sample_id`): what a case that ended early made."""
 
 
 @dataclass
@@ -132,6 +135,7 @@ class Provider:
             hit = self.cache.get(key)
             if hit is not None:
                 self.counters.cache_hits += 1
+                self.counters.by_conversation[conversation] += 1
                 recorded = hit.usage if hit.usage is not None else Usage(calls=1, unreported=1)
                 return Completion(
                     hit.text, hit.model_version, cached=True, refusal=hit.refusal, finish_reason=hit.finish_reason,
@@ -154,6 +158,7 @@ class Provider:
             # Not chained: the endpoint's exception holds its raw text (escape codes, echoed keys).
             raise ModelCallError(message) from None  # made inert and its keys masked as it is made
         self.counters.answered += 1
+        self.counters.by_conversation[conversation] += 1
         if spec.call_price is not None:
             self.budget.charge(conversation, cost(reply.usage, spec.call_price))
         if self.cache is not None and self.cache_mode != "off":

@@ -170,6 +170,8 @@ class Runner:
         self._seats = conversation_seats(plan)
         self._cascade = case_cascade(plan)
         self.done = 0
+        self._ended_early: set[CaseKey] = set()
+        """Cases that errored: the progress line counts the calls they made, not the ones planned."""
         self._heartbeat = asyncio.run_coroutine_threadsafe(self._beat(), self._loop)
 
     def _builtin_identities(self) -> dict[str, str]:
@@ -228,7 +230,7 @@ class Runner:
             "conversations_total": len(self._futures) * repeats,
             "conversations_done": self.done * repeats,
             # list(): a copy taken at once, as other threads (progress, preload) read this too
-            "calls_total": sum(self.plan.calls_per_conversation(k) for k in list(self._futures)) * repeats,
+            "calls_total": sum(self._calls_expected(k) for k in list(self._futures)),
             "calls_done": counters.answered + counters.cache_hits,
             "cache_hits": counters.cache_hits,
             "errors": counters.errors,
@@ -237,6 +239,14 @@ class Runner:
             "longest_wait": counters.longest_wait,
             **self._batch_counts(),
         }
+
+    def _calls_expected(self, key: CaseKey) -> int:
+        """The calls a started case needs: as planned, or for one that errored those it made."""
+        repeats = self.plan.settings.repeats
+        if key in self._ended_early:
+            made = self.provider.counters.by_conversation
+            return sum(made[sample_id(key.model_id, key.scenario_id, r)] for r in range(repeats))
+        return self.plan.calls_per_conversation(key) * repeats
 
     def _batch_counts(self) -> dict[str, float]:
         transport = self.provider.transport
@@ -273,6 +283,7 @@ class Runner:
             error = str(exc) if isinstance(exc, CaseError) else _engine_failure(key, exc)
             self._finished(key, exc if isinstance(exc, CaseError) else CaseError(error))
             self._write_error(key, error, seconds, kind=type(exc).__name__ if isinstance(exc, CaseError) else "")
+            self._ended_early.add(key)
             self.done += 1
             raise
         self._finished(key, outcome)
