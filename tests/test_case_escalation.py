@@ -265,3 +265,22 @@ def test_merge_refuses_to_gate_a_cascades_shards_with_other_limits(
     assert not (benchmark_runner.path / "refused").exists()
     assert cli.main([*common, "--out", str(benchmark_runner.path / "merged"), f"--thresholds={benchmark_runner.thresholds}"]) in (0, 1)
     assert (benchmark_runner.path / "merged" / "results.json").exists()
+
+
+def test_the_newest_run_measures_the_rate_whatever_its_folder_is_called(tmp_path: Path) -> None:
+    """A merged run's folder is named by --out ("merged"), which sorted after every timestamped run
+    folder: an older merged run's rate was taken over a newer run's."""
+    import os
+
+    from psychosis_tests.records.past_runs import measured_escalation
+
+    def run(folder: str, rate: float, written: float) -> None:
+        results = tmp_path / folder / "results.json"
+        results.parent.mkdir()
+        run = {"run_id": folder, "judge_fingerprint": {"hash": "f"}, "escalation": {"judged_turns": 10, "rate": rate}}
+        results.write_text(json.dumps({"run": run}), encoding="utf-8")
+        os.utime(results, (written, written))
+
+    run("merged", 0.5, 1_000)
+    run("20261129-090000-abcd", 0.0, 2_000)
+    assert measured_escalation(tmp_path, "f") == (0.0, "20261129-090000-abcd")

@@ -15,7 +15,10 @@ def measured_escalation(report_dir: Path, fingerprint: str) -> tuple[float, str]
     its run id: the newest of the report folder's last RUNS_SEARCHED runs that has one."""
     if not report_dir.is_dir():
         return None
-    runs = sorted((p for p in report_dir.iterdir() if (p / "results.json").is_file()), key=lambda p: p.name, reverse=True)
+    # Newest written first: a run folder's name is its start time only when pytest named it (a
+    # merged run's is its --out folder's, e.g. "merged", which would sort after every other).
+    runs = sorted((p for p in report_dir.iterdir() if (p / "results.json").is_file()),
+                  key=lambda p: ((p / "results.json").stat().st_mtime, p.name), reverse=True)  # fmt: skip
     for run_dir in runs[:RUNS_SEARCHED]:
         try:
             run = json.loads((run_dir / "results.json").read_text(encoding="utf-8")).get("run", {})
