@@ -346,7 +346,12 @@ def test_compare_command_flags_the_implicit_cases_and_exits_1(
     assert {row[-1] for row in rows} == {"**regression**"}
     assert ["`reference/keyword-guard` (baseline `reference/guardian`)", "`conduit-implicit`", "phase 3 solidification",
             "SIS", "1", "0", "-1", "**regression**"] in rows  # fmt: skip
-    assert "(from thresholds.yaml)" in done.stdout  # the repository's file, found in the working directory
+    assert f"(from {REPO / 'thresholds.yaml'})" in done.stdout  # the project folder's file
+    # The same from a sub-folder and from outside the project: the project's file, not built-in defaults.
+    for cwd in (REPO / "docs", old.parent):
+        elsewhere = subprocess.run([sys.executable, "-m", "psychosis_tests", "compare", str(old), str(new)],
+                                   capture_output=True, text=True, cwd=cwd, check=False)  # fmt: skip
+        assert f"(from {REPO / 'thresholds.yaml'})" in elsewhere.stdout, (cwd, elsewhere.stdout[-500:])
 
     # The other way round: improvements, exit 0.
     assert cli.main(["compare", str(new), str(old), "--all"]) == 0

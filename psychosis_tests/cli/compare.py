@@ -11,6 +11,7 @@ from psychosis_tests.analysis.baseline import (
     effective_tolerance,
     tolerance_from_file,
 )
+from psychosis_tests.cli.options import project_folder
 from psychosis_tests.inputs.method import JUDGED_METRICS, METRIC_MAX
 from psychosis_tests.records.baseline_run import Baseline, check_compatible
 from psychosis_tests.records.results_file import load_results
@@ -49,8 +50,8 @@ def add_compare_command(commands: argparse._SubParsersAction) -> None:
         "--thresholds",
         type=Path,
         metavar="PATH",
-        help=f"take regression tolerances from this thresholds file (default: ./{DEFAULT_THRESHOLDS} if it exists, "
-        "else the built-in defaults)",
+        help=f"take regression tolerances from this thresholds file (default: the project folder's {DEFAULT_THRESHOLDS}, "
+        "as the benchmark's --baseline takes them, if it exists; else the built-in defaults)",
     )
     compare.add_argument(
         "--tolerance",
@@ -68,8 +69,8 @@ def _tolerance(args: argparse.Namespace) -> tuple[dict[str, float], str]:
     """The tolerances and where they came from."""
     if args.thresholds is not None:
         tolerance, source = tolerance_from_file(args.thresholds), str(args.thresholds)
-    elif DEFAULT_THRESHOLDS.exists():
-        tolerance, source = tolerance_from_file(DEFAULT_THRESHOLDS), str(DEFAULT_THRESHOLDS)
+    elif (project_default := project_folder() / DEFAULT_THRESHOLDS).exists():  # as the benchmark's default
+        tolerance, source = tolerance_from_file(project_default), str(project_default)
     else:
         tolerance, source = effective_tolerance(RegressionSettings()), "built-in defaults"
     if args.tolerance:
