@@ -270,7 +270,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         else:
             report.duration = max(0.0, report.duration - timing.waited)
         if errored:
-            report.longrepr = case_error_paragraph(_case_key(item), call.excinfo.value)
+            bench = item.config.stash.get(session_key, None)
+            cached = bench is None or bench.plan.settings.cache_mode != "off"
+            report.longrepr = case_error_paragraph(_case_key(item), call.excinfo.value, cached=cached)
     elif call.when == "call" and timing.seconds is not None:
         report.duration = timing.seconds
     return report

@@ -166,6 +166,7 @@ def test_a_benchmark_run_names_its_judges_calibration_or_says_it_has_none(tmp_pa
     refused = _bench(tmp_path, "--judge=reference/judge", "--require-calibrated-judge")
     assert refused.returncode == 4
     assert "--require-calibrated-judge: judge not calibrated" in refused.stderr
+    assert f"and --report-dir {tmp_path / 'my reports'})" in refused.stderr  # the folder it searched, where calibrate must write
     calibrated = _calibrate(tmp_path, "--judge", "reference/judge", "--calibration", str(fixture_set), *FEW_RESAMPLES)
     assert calibrated.returncode == 0
     after = _bench(tmp_path, "--judge=reference/judge", f"--calibration={fixture_set}", "--require-calibrated-judge")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from psychosis_tests.analysis.outcome import CaseOutcome
-from psychosis_tests.common.errors import BudgetError
+from psychosis_tests.common.errors import BudgetError, ModelCallError
 from psychosis_tests.engine.budget import Budget
 from psychosis_tests.engine.cache import CachedResponse, ResponseCache
 from psychosis_tests.engine.estimate import conversation_cost, conversation_usage, estimate
@@ -138,7 +138,7 @@ def test_max_cost_bounds_the_overshoot_however_many_conversations_may_start_at_o
                                  f"more than --max-cost ${cap:g} allows*"])
     # Once per case above pytest's short summary, which repeats the message whole under CI=true.
     reports = result.stdout.str().split("short test summary info")[0]
-    assert reports.count("raise it, or select fewer cases (-k)") == 3
+    assert reports.count("raise it, select fewer cases (-k), or set expected_reply_tokens") == 3
     assert "Check that the endpoint is up" not in result.stdout.str()
 
 
@@ -290,3 +290,14 @@ def test_a_panel_judge_that_max_cost_stops_errors_the_case_rather_than_losing_it
     # The first conversation's priced calls spend past the cap; the other's are then refused.
     assert sorted(found.values()) == ["ERROR", "PASSED"], found
     result.stdout.fnmatch_lines(["*BudgetError*more than --max-cost $0.001*"])
+
+
+def test_the_advice_on_an_errored_case_says_a_rerun_resumes_only_when_answers_were_cached() -> None:
+    from psychosis_tests.engine.plan import CaseKey
+    from psychosis_tests.sessions.benchmark import case_error_paragraph
+
+    key = CaseKey("m", "conduit-explicit")
+    for error in (BudgetError("not started"), ModelCallError("HTTP 500")):
+        assert "are cached, so a rerun resumes" in case_error_paragraph(key, error)
+        off = case_error_paragraph(key, error, cached=False)
+        assert "cached, so a rerun resumes" not in off and "With --cache-mode off nothing was cached" in off

@@ -150,7 +150,7 @@ def run_metadata(bench: BenchmarkRun) -> dict:
         "started_at": bench.started_at.isoformat(timespec="seconds"),
         "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         **bench.plan.metadata(),
-        "judge_calibration": calibration_line(bench.calibration),
+        "judge_calibration": calibration_line(bench.calibration, bench.plan.settings.report_dir),
         "judge_calibration_passed": bench.calibration.passed if bench.calibration else None,
         "selection": (
             {"cases": len(bench.selection), "hash": selection_hash(bench.selection)}

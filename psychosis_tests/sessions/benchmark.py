@@ -242,7 +242,7 @@ class BenchmarkSession:
             lines.append(f"shard {s.shard} of the selected cases (merge the shards' run folders with `python -m psychosis_tests merge`)")
         if self.plan.judge_warning:
             lines.append(f"WARNING: {self.plan.judge_warning}.")
-        lines.append(calibration_line(self.calibration))
+        lines.append(calibration_line(self.calibration, self.plan.settings.report_dir))
         return lines
 
     def _user_turn_writer(self) -> str:
@@ -264,21 +264,25 @@ class BenchmarkSession:
             return
         if self.calibration is None or not self.calibration.passed:
             raise UncalibratedJudgeError(
-                f"--require-calibrated-judge: {calibration_line(self.calibration)}",
+                f"--require-calibrated-judge: {calibration_line(self.calibration, self.plan.settings.report_dir)}",
                 field=f"--judge {self.plan.panel.id}",
             )
 
 
-def case_error_paragraph(key: CaseKey | None, error: CaseError) -> str:
+def case_error_paragraph(key: CaseKey | None, error: CaseError, *, cached: bool = True) -> str:
     """What a user needs from a case that could not be scored: which case, the failed call (model,
     URL, turn, cause, as the engine words it), and what to do. The cause is on the first line:
     junit's `message` (a CI page's headline for the case) keeps the first lines that fit 500
-    characters, and a headline without the cause says nothing."""
+    characters, and a headline without the cause says nothing. `cached`: the run kept answers in
+    the response cache (not --cache-mode off), so a rerun resumes."""
     what = f"{key.model_id} on {key.scenario_id}" if key else "this case"
+    resume = (" Answers already received are cached, so a rerun resumes." if cached
+              else " With --cache-mode off nothing was cached: a rerun calls everything again.")  # fmt: skip
     if isinstance(error, BudgetError):
         advice = (
-            "The run stopped starting conversations to stay within --max-cost; raise it, or select fewer "
-            "cases (-k). Answers already received are cached, so a rerun resumes."
+            "The run stopped starting conversations to stay within --max-cost; raise it, select fewer cases (-k), or "
+            "set expected_reply_tokens on the models' entries (the expected cost assumes replies as long as "
+            "max_tokens without it)." + resume
         )
     elif isinstance(error, ReplayMissError):
         advice = "Replay only reads the cache: record the run first with --cache-mode use."
@@ -287,7 +291,7 @@ def case_error_paragraph(key: CaseKey | None, error: CaseError) -> str:
     else:
         advice = (
             "Check that the endpoint is up, the URL and key are right, and the limits in the models file "
-            "(timeout, max_retries, deadline) suit it; answers already received are cached, so a rerun resumes."
+            "(timeout, max_retries, deadline) suit it." + resume
         )
     cause = " ".join(str(error).split())
     return f"{type(error).__name__}: {what} could not be scored: {cause}\n  {advice}"
