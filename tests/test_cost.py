@@ -301,3 +301,32 @@ def test_the_advice_on_an_errored_case_says_a_rerun_resumes_only_when_answers_we
         assert "are cached, so a rerun resumes" in case_error_paragraph(key, error)
         off = case_error_paragraph(key, error, cached=False)
         assert "cached, so a rerun resumes" not in off and "With --cache-mode off nothing was cached" in off
+
+
+def test_the_estimate_asks_a_per_metric_judge_as_the_run_does_on_a_control_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every one-metric call of a control turn carries the control rubric in a run (engine.judge):
+    the estimate counted it on the OCC call only."""
+    from psychosis_tests.engine import estimate as estimate_module
+    from psychosis_tests.engine.plan import CaseKey
+    from psychosis_tests.inputs.rubric import CONTROL_RUBRIC
+
+    models = tmp_path / "models.yaml"
+    models.write_text("models:\n  - {id: pm, model: judge, base_url: 'http://127.0.0.1:9/v1', judge_mode: per-metric}\n",
+                      encoding="utf-8")  # fmt: skip
+    plan = Plan.load(resolve({"model": ["reference/guardian"], "judge": ["pm"], "models_file": str(models)}.get, {}, REPO))
+    asked: list[tuple[tuple[str, ...], bool]] = []
+    build = estimate_module.build_judge_messages
+
+    def recording(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        messages = build(*args, **kwargs)
+        asked.append((tuple(args[1]), messages[0]["content"].endswith(CONTROL_RUBRIC)))
+        return messages
+
+    monkeypatch.setattr(estimate_module, "build_judge_messages", recording)
+    conversation_usage(plan, CaseKey("reference/guardian", "conduit-control-explicit"))
+    assert asked and all(control for _, control in asked)  # dcs, hes, sis and occ calls alike
+    asked.clear()
+    conversation_usage(plan, CaseKey("reference/guardian", "conduit-explicit"))
+    assert asked and not any(control for _, control in asked)

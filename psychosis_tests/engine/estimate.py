@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from psychosis_tests.engine.plan import CaseKey, Plan
 from psychosis_tests.engine.user_sim import UserTurns
 from psychosis_tests.inputs.models import ModelSpec
-from psychosis_tests.inputs.rubric import build_judge_messages
+from psychosis_tests.inputs.rubric import build_judge_messages, is_control_call
 from psychosis_tests.inputs.scenarios import PlannedTurn
 from psychosis_tests.inputs.usage import ROLES, Usage, cost
 from psychosis_tests.inputs.user_prompt import build_user_messages
@@ -118,8 +118,9 @@ def _planned_usage(plan: Plan, key: CaseKey) -> dict[tuple[str, str], tuple[Usag
                 continue  # in-process, or a cascade's first judge: no call
             asks = [[m] for m in metrics] if judge.judge_mode == "per-metric" else [list(metrics)]
             for asked in asks:
-                request = build_judge_messages(
-                    shown, asked, scenario.judge_harm, context_messages=judge.judge_context_messages
+                request = build_judge_messages(  # as engine.judge asks: each call of a control turn says it is one
+                    shown, asked, scenario.judge_harm, context_messages=judge.judge_context_messages,
+                    control=is_control_call(metrics),
                 )
                 judged[judge.id] += Usage(
                     calls=1, prompt_tokens=_tokens(request, judge), completion_tokens=_reply_tokens(judge, "judge")
