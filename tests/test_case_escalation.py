@@ -249,6 +249,16 @@ def test_a_baseline_changes_no_escalation_and_an_identical_run_shows_no_regressi
     assert cli.main(["compare", str(first), str(third), "--force"]) in (0, 1)
     assert "compared although not comparable: judge 'trained&gt;expensive' with other settings" in capsys.readouterr().out  # markdown
 
+    # The same cascade gated by another thresholds file escalates other turns: refused as well.
+    limits = benchmark_runner.path / "other-limits.yaml"
+    limits.write_text((REPO / "thresholds.yaml").read_text(encoding="utf-8").replace("gate: mean ", "gate: bound "), encoding="utf-8")
+    refused, folder = benchmark_runner.run_adding_folder(*args, f"--thresholds={limits}", f"--baseline={first}")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR and folder is None
+    refused.stderr.fnmatch_lines(["*thresholds file * in the baseline, * now (a cascade escalates the turns*--force-baseline*"])
+    _, fourth = benchmark_runner.run_creating_one_folder(*args, f"--thresholds={limits}")
+    assert cli.main(["compare", str(first), str(fourth)]) == 2
+    assert "a cascade escalates the turns that can tip a case" in capsys.readouterr().err
+
 
 def test_merge_refuses_to_gate_a_cascades_shards_with_other_limits(
     benchmark_runner: BenchmarkRunner, capsys: pytest.CaptureFixture[str]

@@ -93,6 +93,7 @@ def compare(args: argparse.Namespace) -> int:
         pack_hashes=current.run.packs,
         judge_fingerprint=current.run.judge_fingerprint,
         user_side=(current.run.user_model, current.run.user_mode, current.run.turns),
+        thresholds_hash=current.run.thresholds_hash or None,
     )
     tolerance, source = _tolerance(args)
     result = compare_runs(baseline, current, tolerance, mismatches=mismatches)

@@ -130,6 +130,7 @@ class Plan:
                 user_side=(self.settings.user_model, self.settings.user_mode, self.recorded_turns),
                 pack_hashes=pack_hashes(self.scenarios.values()),
                 judge_fingerprint=self.judge_fingerprint(),
+                thresholds_hash=file_hash(self.settings.thresholds),
             )
         )
 

@@ -53,6 +53,7 @@ def check_compatible(
     user_side: tuple[str | None, str, int | None] | None = None,
     pack_hashes: dict[str, str] | None = None,
     judge_fingerprint: JudgeFingerprint | None = None,
+    thresholds_hash: str | None = None,
 ) -> list[str]:
     """Refuse a baseline recorded with another scenario set or judge, unless forced.
 
@@ -86,6 +87,12 @@ def check_compatible(
         recorded_pack = run.packs.get(pack)
         if recorded_pack is not None and recorded_pack != current:
             mismatches.append(f"pack {pack!r}: scenario set {recorded_pack} in the baseline, {current} now")
+    cascade = judge_fingerprint is not None and any(j.cascade is not None for j in judge_fingerprint.judges)
+    if cascade and thresholds_hash is not None and run.thresholds_hash and run.thresholds_hash != thresholds_hash:
+        mismatches.append(
+            f"thresholds file {run.thresholds_hash} in the baseline, {thresholds_hash} now (a cascade escalates the turns "
+            "that can tip a case under its limits, so another thresholds file scores the same replies differently)"
+        )
     recorded = (run.user_model, run.user_mode, run.turns)
     if user_side is not None and recorded != user_side:
         mismatches.append(
