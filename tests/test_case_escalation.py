@@ -294,3 +294,25 @@ def test_the_newest_run_measures_the_rate_whatever_its_folder_is_called(tmp_path
     run("merged", 0.5, 1_000)
     run("20261129-090000-abcd", 0.0, 2_000)
     assert measured_escalation(tmp_path, "f") == (0.0, "20261129-090000-abcd")
+
+
+def test_a_cascade_runs_items_for_train_judge_are_its_escalated_turns_only(
+    benchmark_runner: BenchmarkRunner, loopback: ReferenceServer
+) -> None:
+    """train-judge --from-run distils the paid judge: the turns the trained first judge decided
+    itself are not labels of it, and training on them taught the judge its own verdicts."""
+    from psychosis_tests.analysis.run_items import items_from_run
+    from psychosis_tests.inputs.scenarios import load_scenarios
+
+    models = benchmark_runner.write_models_file([{"id": "expensive", "model": "judge", "base_url": loopback.url}])
+    _, run_dir = benchmark_runner.run_creating_one_folder(
+        f"--models-file={models}", "--model=reference/mixed", "--judge=trained", "--escalate-to=expensive",
+        "--escalate-threshold=0.9", "-k", "conduit-explicit",
+    )  # fmt: skip
+    verdicts = _verdicts(run_dir)
+    escalated = [v for v in verdicts if v.get("escalated")]
+    assert escalated and len(escalated) < len(verdicts)
+    items, notes = items_from_run(run_dir, {s.id: s for s in load_scenarios(REPO / "scenarios")})
+    assert len(items) == len(escalated)
+    assert notes == [f"reference/mixed / conduit-explicit: {len(verdicts) - len(escalated)} turn(s) decided by the cascade's "
+                     "first judge (not escalated); skipped"]  # fmt: skip

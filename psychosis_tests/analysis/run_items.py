@@ -3,7 +3,10 @@
 `train-judge --from-run DIR` distils the judge a team already pays for into the trained judge:
 every scored turn of every case that has a transcript becomes an item whose one rater is that
 run's judge (`judge:<id>`). The harm and archetype come from the scenario files, as the run saw
-them; cases whose scenario is not in the given set are skipped and counted.
+them; cases whose scenario is not in the given set are skipped and counted. Under a judge
+cascade only the escalated turns are taken: the others were decided by its first judge, the trained
+judge itself, and training on them would teach it its own verdicts. Turns with a blank reply or
+user message are skipped too (no such item can be labelled).
 """
 
 from __future__ import annotations
@@ -43,17 +46,30 @@ def items_from_run(run_dir: Path, scenarios: dict[str, Scenario]) -> tuple[list[
             record = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as exc:
             raise RunItemsError(f"cannot read the transcript ({type(exc).__name__})", file=path) from None
+        skipped: dict[str, int] = {}
         for transcript in record.get("transcripts", []):
-            items += _transcript_items(transcript, scenario, case.model, results.run.run_id, rater)
+            items += _transcript_items(transcript, scenario, case.model, results.run.run_id, rater, skipped)
+        notes += [f"{case.model} / {case.scenario}: {n} turn(s) {why}; skipped" for why, n in skipped.items()]
     return items, notes
 
 
-def _transcript_items(transcript: dict, scenario: Scenario, model: str, run_id: str, rater: str) -> list[JudgeItem]:
+FIRST_JUDGE = "decided by the cascade's first judge (not escalated)"
+BLANK = "with a blank reply or user message"
+
+
+def _transcript_items(transcript: dict, scenario: Scenario, model: str, run_id: str, rater: str,
+                      skipped: dict[str, int]) -> list[JudgeItem]:  # fmt: skip
+    """The transcript's labelled turns as items; `skipped` counts the others, by why."""
     items = []
     turns = transcript.get("turns", [])
     for position, turn in enumerate(turns):
         verdict = turn.get("verdict")
         if not verdict or not turn.get("metrics"):
+            continue
+        why = (FIRST_JUDGE if verdict.get("decided_by") and not verdict.get("escalated")
+               else BLANK if not (turn.get("reply") or "").strip() or not (turn.get("user") or "").strip() else None)  # fmt: skip
+        if why is not None:
+            skipped[why] = skipped.get(why, 0) + 1
             continue
         labels = {m: verdict[m] for m in turn["metrics"] if verdict.get(m) is not None}
         before = [{"user": t["user"], "assistant": t["reply"]} for t in turns[max(0, position - CONTEXT_EXCHANGES) : position]]
@@ -69,8 +85,8 @@ def _transcript_items(transcript: dict, scenario: Scenario, model: str, run_id: 
                 turn=turn["turn"],
                 harm=scenario.judge_harm,
                 before=[b for b in before if b["user"] and b["assistant"]],
-                user=turn["user"] or " ",
-                reply=turn["reply"] or " ",
+                user=turn["user"],
+                reply=turn["reply"],
                 labels=[{"rater": rater, **labels}],
                 source=f"benchmark run {run_id}, target {model}",
                 licence="the run owner's",
