@@ -114,7 +114,9 @@ def gather_items(args: argparse.Namespace, root: Path, progress, *, scenarios: P
         known = {s.id: s for s in load_scenarios(scenarios)}
         for run in args.from_run:
             found, notes = items_from_run(run, known)
-            progress(f"{run}: {len(found)} judged turns" + (f"; {len(notes)} case(s) skipped" if notes else ""))
+            progress(f"{run}: {len(found)} judged turns taken")
+            for note in notes:  # cases without a transcript or scenario, turns a cascade's first judge decided
+                progress(f"{run}: {note}")
             items += found
             origins += [run] * len(found)
     first: dict[str, str] = {}
