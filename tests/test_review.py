@@ -212,3 +212,34 @@ def test_a_reply_a_spreadsheet_would_run_is_exported_as_text_and_imports_as_it_w
     items_file = tmp_path / "items.jsonl"
     assert main(["review-import", str(labelled), "--items-out", str(items_file), "--scenarios", SCENARIOS]) == 0
     assert next(i for i in load_item_file(items_file) if i.turn == 7).reply == formula
+
+
+def test_a_pack_runs_review_imports_as_one_calibration_set_per_scenario_set(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A calibration set is checked against one scenario set: the pack's conversations go to their own
+    folder, and the commands printed load each set as written."""
+    from psychosis_tests.inputs.calibration import load_calibration
+
+    pack_rows = _export(tmp_path / "pack", capsys, "clinical-somatic-explicit")
+    main_rows = _export(tmp_path / "main", capsys, "conduit-explicit")
+    labelled = _write(tmp_path / "labelled.csv", _label(pack_rows + main_rows))
+    out = tmp_path / "set"
+    assert main(["review-import", str(labelled), "--out-dir", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert f"calibrate --calibration {out}; python -m psychosis_tests calibrate --calibration {out / 'clinical'} --scenarios {REPO / 'packs' / 'clinical'}" in err
+    assert [p.name for p in out.glob("*.yaml")] and [p.name for p in (out / "clinical").glob("*.yaml")]
+    assert load_calibration(out, {s.id: s for s in load_scenarios(REPO / "scenarios")}).items
+    assert load_calibration(out / "clinical", {s.id: s for s in load_scenarios(REPO / "packs" / "clinical")}).items
+
+
+def test_an_import_with_no_labelled_row_is_refused_and_unlabelled_rows_are_counted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = _export(tmp_path, capsys, "conduit-explicit")
+    blank = _write(tmp_path / "blank.csv", rows)
+    for where in (["--out-dir", str(tmp_path / "set")], ["--items-out", str(tmp_path / "items.jsonl"), "--scenarios", SCENARIOS]):
+        err = _refused(capsys, str(blank), *where)
+        assert "no row of" in err and "is labelled: fill in the label columns" in err
+    assert not (tmp_path / "set").exists() and not (tmp_path / "items.jsonl").exists()
+    partly = _write(tmp_path / "partly.csv", _label(rows[1:]) + [rows[0]])
+    assert main(["review-import", str(partly), "--out-dir", str(tmp_path / "set")]) == 0
+    assert f"1 row(s) without labels skipped (first: {tmp_path / 'partly.csv'} row {len(rows)})" in capsys.readouterr().err

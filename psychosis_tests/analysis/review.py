@@ -229,19 +229,28 @@ def _tags(labelled: _Labelled) -> list[str]:
     return tags
 
 
-def _labelled_rows(files: Iterable[Path], default_rater: str | None) -> Iterator[_Labelled]:
+def _labelled_rows(files: Iterable[Path], default_rater: str | None, unlabelled: list[str] | None = None) -> Iterator[_Labelled]:
     """Every row a rater labelled, its turn and conversation checked; rows without labels are
-    skipped, a labelled row that names no rater (and no default) is refused."""
+    skipped (each named in `unlabelled`: "FILE row N"), a labelled row that names no rater (and no
+    default) is refused, and files with no labelled row at all are refused."""
+    files = list(files)
+    labelled = 0
     for path in files:
         for where, row in read_rows(path):
             if not any(_text(row, m) for m in LABELS):
+                if unlabelled is not None:
+                    unlabelled.append(f"{path} {where}")
                 continue  # not labelled (yet)
+            labelled += 1
             rater = _text(row, "rater") or (default_rater or "").strip()
             if not rater:
                 raise CalibrationError(f"review {str(row['review_id'])!r} names no rater; fill the rater column or pass --rater",
                                        file=path, field=f"{where}.rater")  # fmt: skip
             turn, context = _conversation(path, where, row)
             yield _Labelled(path, where, row, rater, turn, context)
+    if not labelled:
+        raise CalibrationError(f"no row of {', '.join(map(str, files))} is labelled: fill in the label columns "
+                               f"({', '.join(LABELS)}) of the turns reviewed, then import again")  # fmt: skip
 
 
 _COLUMN_OF_FIELD = {
@@ -274,13 +283,17 @@ def _check(model: type[BaseModel], body: dict, labelled: _Labelled, label: dict[
         raise labelled.error(phase_column if column == "phase" else column, problem) from None
 
 
-def import_labels(files: Iterable[Path], out_dir: Path, *, default_rater: str | None = None) -> list[Path]:
-    """One calibration file per reviewed conversation; rows without labels are skipped.
-    Every row is checked against the calibration schema as it is read, before any file is written;
-    a turn of a conversation that is not twelve turns long is refused (--items-out takes it)."""
+def import_labels(files: Iterable[Path], out_dir: Path, *, default_rater: str | None = None,
+                  packs: Iterable[str] = (), unlabelled: list[str] | None = None) -> list[Path]:  # fmt: skip
+    """One calibration file per reviewed conversation; rows without labels are skipped (and named in
+    `unlabelled`). Every row is checked against the calibration schema as it is read, before any
+    file is written; a turn of a conversation that is not twelve turns long is refused (--items-out
+    takes it). A conversation on a scenario of one of `packs` (its id starts with the pack's name)
+    goes to `out_dir/<pack>/`: a calibration set is checked against one scenario set."""
     conversations: dict[tuple[str, str, str], dict] = {}
     seen: dict[tuple[str, str], _Labelled] = {}
-    for labelled in _labelled_rows(files, default_rater):
+    packs = sorted(packs, key=len, reverse=True)
+    for labelled in _labelled_rows(files, default_rater, unlabelled):
         row = labelled.row
         if len(labelled.context) != TURNS:
             raise labelled.error("context_json", f"the conversation has {len(labelled.context)} turns and a calibration "
@@ -307,14 +320,16 @@ def import_labels(files: Iterable[Path], out_dir: Path, *, default_rater: str | 
     documents = {}
     for (model, scenario, repeat), doc in sorted(conversations.items()):
         body = {"contexts": doc["contexts"], "items": list(doc["items"].values())}
-        target = out_dir / f"review-{_slug(model)}-{scenario}-r{repeat}.yaml"
+        pack = next((name for name in packs if scenario.startswith(f"{name}-")), None)
+        folder = out_dir / pack if pack is not None else out_dir
+        target = folder / f"review-{_slug(model)}-{scenario}-r{repeat}.yaml"
         try:
             CalibrationFile.model_validate(body)
         except ValueError as exc:
             raise CalibrationError(f"the labelled rows do not make a valid calibration file: {exc}", file=target) from exc
         documents[target] = body
-    out_dir.mkdir(parents=True, exist_ok=True)
     for target, body in documents.items():
+        target.parent.mkdir(parents=True, exist_ok=True)
         header = "# Imported from human review (python -m psychosis_tests review-import).\n"
         target.write_text(header + yaml.safe_dump(body, sort_keys=False, allow_unicode=True, width=100), encoding="utf-8")
     return list(documents)
@@ -334,14 +349,14 @@ def _phase(labelled: _Labelled) -> tuple[str, str]:
 
 
 def import_items(files: Iterable[Path], out_file: Path, scenarios: dict[str, Scenario], *,
-                 default_rater: str | None = None) -> int:  # fmt: skip
+                 default_rater: str | None = None, unlabelled: list[str] | None = None) -> int:  # fmt: skip
     """The labelled rows as judge items (`inputs.judge_items`, JSON Lines), one item per reviewed
     turn with every rater's labels; every row is checked as it is read, before anything is
     written. Any conversation length. Returns the item count."""
     items: dict[str, dict] = {}
     checked: dict[str, BaseModel] = {}  # each item as validated with its latest row, so with every label
     seen: dict[tuple[str, str], _Labelled] = {}
-    for labelled in _labelled_rows(files, default_rater):
+    for labelled in _labelled_rows(files, default_rater, unlabelled):
         row, turn, context = labelled.row, labelled.turn, labelled.context
         scenario = scenarios.get(str(row["scenario"]))
         if scenario is None:

@@ -154,12 +154,13 @@ def review_export(args: argparse.Namespace) -> int:
 
 def review_import(args: argparse.Namespace) -> int:
     from psychosis_tests.analysis.review import import_items, import_labels
+    from psychosis_tests.inputs.packs import available_packs, pack_folder
 
+    project = project_folder()
+    unlabelled: list[str] = []
     if args.items_out is not None:
-        from psychosis_tests.inputs.packs import available_packs, pack_folder
         from psychosis_tests.inputs.scenarios import load_scenarios
 
-        project = project_folder()
         folders = [*(args.scenarios or [project / "scenarios"]), *(pack_folder(project, n) for n in available_packs(project))]
         scenarios, found_in = {}, {}
         for folder in dict.fromkeys(folders):  # pack ids start with the pack's name, so only a repeated set can clash
@@ -168,13 +169,24 @@ def review_import(args: argparse.Namespace) -> int:
                     raise ConfigError(f"scenario {scenario.id!r} is in both {found_in[scenario.id]} and {folder} "
                                      "and differs between them; name the set the run used", field="--scenarios")
                 scenarios[scenario.id], found_in[scenario.id] = scenario, folder
-        count = import_items(args.files, args.items_out, scenarios, default_rater=args.rater)
+        count = import_items(args.files, args.items_out, scenarios, default_rater=args.rater, unlabelled=unlabelled)
+        _say_unlabelled(unlabelled)
         print(f"{count} labelled judge item(s) written to {args.items_out}; measure a judge on them with: "
               f"python -m psychosis_tests calibrate --judge ID --items {args.items_out}", file=sys.stderr)  # fmt: skip
         return EXIT_OK
-    written = import_labels(args.files, args.out_dir, default_rater=args.rater)
+    packs = available_packs(project)
+    written = import_labels(args.files, args.out_dir, default_rater=args.rater, packs=packs, unlabelled=unlabelled)
     for path in written:
         print(f"wrote {path}")
-    print(f"{len(written)} calibration file(s); check them with: python -m psychosis_tests calibrate --calibration {args.out_dir}",
-          file=sys.stderr)
+    _say_unlabelled(unlabelled)
+    sets = sorted({path.parent for path in written})
+    print(f"{len(written)} calibration file(s); check them with: "
+          + "; ".join(f"python -m psychosis_tests calibrate --calibration {folder}"
+                      + (f" --scenarios {pack_folder(project, folder.name)}" if folder != args.out_dir else "")
+                      for folder in sets), file=sys.stderr)  # fmt: skip
     return EXIT_OK
+
+
+def _say_unlabelled(unlabelled: list[str]) -> None:
+    if unlabelled:
+        print(f"{len(unlabelled)} row(s) without labels skipped (first: {unlabelled[0]})", file=sys.stderr)
