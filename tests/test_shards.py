@@ -413,3 +413,21 @@ def test_merge_carries_calibration_and_cache_mode_whatever_the_order_of_the_runs
     assert merge(second, first, out=tmp_path / "mixed") == 0
     mode = json.loads((tmp_path / "mixed" / "results.json").read_text(encoding="utf-8"))["run"]["cache_mode"]
     assert mode == f"differs: off ({second.name}); replay ({first.name})"
+
+
+def test_merge_with_other_thresholds_passes_or_fails_the_judges_calibration_by_them(
+    benchmark_runner: BenchmarkRunner, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The shards' calibration line was their thresholds file's verdict; merged with a file that asks
+    DCS kappa 0.95, the trained judge (0.86 on calibration/) fails, as a run with that file says."""
+    args = ("--model", "reference/guardian", "--judge", "trained", "-k", "conduit and not control")
+    shards = [benchmark_runner.run_creating_one_folder(*args, f"--shard={k}/2")[1] for k in (1, 2)]
+    assert all(json.loads((s / "results.json").read_text(encoding="utf-8"))["run"]["judge_calibration_passed"] for s in shards)
+    strict = tmp_path / "strict.yaml"
+    strict.write_text(THRESHOLDS.read_text(encoding="utf-8").replace("dcs: 0.75", "dcs: 0.95", 1), encoding="utf-8")
+    assert "dcs: 0.95" in strict.read_text(encoding="utf-8")
+    assert cli.main(["merge", *map(str, shards), f"--out={tmp_path / 'merged'}", f"--scenarios={SCENARIOS}",
+                     f"--thresholds={strict}"]) == 0, capsys.readouterr().err  # fmt: skip
+    run = json.loads((tmp_path / "merged" / "results.json").read_text(encoding="utf-8"))["run"]
+    assert run["judge_calibration_passed"] is False
+    assert run["judge_calibration"].startswith("judge calibrated: FAILS the calibration gate")

@@ -27,7 +27,7 @@ from psychosis_tests.analysis.outcome import CaseOutcome, evaluate_case
 from psychosis_tests.common.errors import MergeError
 from psychosis_tests.engine.panel import JudgePanel
 from psychosis_tests.engine.plan import CaseKey, Plan
-from psychosis_tests.records.calibration_result import CalibrationResult
+from psychosis_tests.records.calibration_result import CalibrationResult, calibration_line, find_calibration
 from psychosis_tests.inputs.models import load_models_file, select, spelled_cascade
 from psychosis_tests.records.results_file import ResultsFile, load_results, results_path
 from psychosis_tests.inputs.packs import pack_folder
@@ -310,6 +310,23 @@ def carried_calibration(runs: list[ShardRun]) -> dict:
     }
 
 
+def regated_calibration(runs: list[ShardRun], plan: Plan, thresholds: Path) -> dict:
+    """The calibration line when the merge gates with another thresholds file than the shards did:
+    their recorded pass or fail was by their file's minimums. The judge's newest result in the
+    merge's report folder, passed or failed by `thresholds`, as a run gated with it would say;
+    without one, the shards' line, said to be theirs and counted as not passed."""
+    found = find_calibration(plan.settings.report_dir, plan.judge_fingerprint().hash, calibration_set=plan.settings.calibration)
+    if found is not None:
+        regated = found.gated_by(plan.thresholds.calibration.min_kappa, thresholds)
+        return {"judge_calibration": calibration_line(regated), "judge_calibration_passed": regated.passed}
+    carried = carried_calibration(runs)
+    return {
+        "judge_calibration": f"{carried['judge_calibration']} (as the shards found it, gated with their thresholds file, not "
+                             f"{thresholds}; counted as not passed)",
+        "judge_calibration_passed": False,
+    }  # fmt: skip
+
+
 def carried_cache_mode(runs: list[ShardRun]) -> str:
     """The runs' common --cache-mode, or which runs used which when they differ."""
     modes: dict[str, list[str]] = {}
@@ -336,7 +353,7 @@ def merge_runs(paths: list[Path], out: Path, inputs: MergeInputs) -> tuple[dict,
         "run_id": merged_run_id(),
         "spent_usd": spent,
         "merged_from": [r.name for r in _in_order(runs)],
-        **carried_calibration(runs),
+        **(carried_calibration(runs) if not notes else regated_calibration(runs, plan, inputs.thresholds)),
         "cache_mode": carried_cache_mode(runs),
         "transport_warnings": warnings,
     }
