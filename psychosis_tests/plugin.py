@@ -198,7 +198,11 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     plan = session.plan
     baseline = [f"baseline: run {plan.baseline.run_id} ({plan.baseline.path})"] if plan.baseline else []
     baseline += [f"WARNING: baseline forced although not comparable: {m}" for m in plan.baseline_mismatches]
-    return session.header_lines() + baseline
+    lines = session.header_lines() + baseline
+    if config.getoption("psychosis_estimate"):  # it writes nothing: no run folder to name
+        lines = [line.replace(f"; reports {session.run_dir}", f"; reports {session.plan.settings.report_dir} (--estimate writes no run folder)")
+                 for line in lines]  # fmt: skip
+    return lines
 
 
 # -- xdist wiring ---------------------------------------------------------------------------

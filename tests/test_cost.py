@@ -86,6 +86,9 @@ def test_estimate_calls_no_model(benchmark_runner: BenchmarkRunner, loopback: Re
     assert loopback.request_count == before
     result.stdout.fnmatch_lines(["psychosis-bench estimate: 16 case(s), 16 conversation(s), no model called",
                                  "total: * calls, * tokens, $*"])
+    # The header names no run folder it never writes.
+    result.stdout.fnmatch_lines([f"*; reports {benchmark_runner.report_dir} (--estimate writes no run folder)"])
+    assert not benchmark_runner.report_dir.exists() or not any(benchmark_runner.report_dir.iterdir())
 
 
 def test_max_cost_stops_new_conversations_and_errors_them(benchmark_runner: BenchmarkRunner, loopback: ReferenceServer) -> None:
