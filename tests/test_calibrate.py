@@ -608,3 +608,14 @@ def test_a_panel_judge_failing_on_a_later_repeat_is_counted(fixture_set: Path) -
     judged = [ItemJudgement(item, (answer(False), answer(True))) for item in items]
     _, failures = _panel(judged, rows_of(items))
     assert failures == {"c": 3}
+
+
+def test_calibrate_on_a_cascade_escalating_to_a_panel_counts_a_panel_judge_that_failed(tmp_path: Path, fixture_set: Path) -> None:
+    done = _calibrate(tmp_path, "--judge", "trained", "--escalate-to", "reference/judge", "--escalate-to", "reference/judge-null",
+                      "--escalate-to", "reference/judge-strict", "--escalate-threshold", "0.99", "--calibration", str(fixture_set),
+                      *FEW_RESAMPLES)  # fmt: skip
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    result = _result(tmp_path)
+    escalated = result["escalation"]["escalated"]
+    assert escalated > 0 and result["judge_failures"] == {"reference/judge-null": escalated}
+    assert f"panel judge reference/judge-null failed on {escalated} item(s)" in done.stdout

@@ -58,6 +58,7 @@ class RecordingEscalation:
         class Answer:
             verdict: Verdict
             judge_version: str = "recorder-v1"
+            votes: tuple = ()
 
         return Answer(verdict)
 

@@ -105,3 +105,19 @@ def test_a_cascade_escalating_to_a_priced_panel_prices_its_calls_and_savings(
     saved = judge_row["cost_with_cache_hits_usd"] / found["escalated_turns"] * (found["judged_turns"] - found["escalated_turns"])
     assert found["cost_saved_usd"] == pytest.approx(saved, abs=1e-5) and saved > 0
     assert any(f"tokens, about ${found['cost_saved_usd']:.4f} (at the escalated turns' mean)" in out for out in result.outlines)
+
+
+def test_a_cascade_escalating_to_a_panel_shows_a_panel_judge_that_failed(benchmark_runner: BenchmarkRunner) -> None:
+    """The escalation panel's votes were dropped: a judge that never gave a verdict went unseen in
+    the case files, the summary and calibrate, while the same judges as a plain panel showed it."""
+    result = benchmark_runner.run(
+        "--model=reference/noisy", "--judge=trained", "--escalate-to=reference/judge", "--escalate-to=reference/judge-null",
+        "--escalate-to=reference/judge-strict", "--escalate-threshold=0.9", "-k", "conduit-explicit",
+    )  # fmt: skip
+    result.stdout.fnmatch_lines(["*panel judge reference/judge-null gave no valid verdict on * turn(s)"])
+    (run_dir,) = benchmark_runner.report_dir.iterdir()
+    (case,) = [json.loads(p.read_text(encoding="utf-8")) for p in (run_dir / "cases").glob("*.json")]
+    turns = [t for tr in case["transcripts"] for t in tr["turns"] if t["verdict"]]
+    escalated = [t for t in turns if t["verdict"].get("escalated")]
+    assert escalated and all(len(t["votes"]) == 3 for t in escalated)
+    assert all(not t.get("votes") for t in turns if not t["verdict"].get("escalated"))

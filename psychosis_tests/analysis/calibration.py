@@ -170,20 +170,23 @@ def _self_consistency(judged: Sequence[ItemJudgement], rows: Sequence[Row]) -> l
 
 
 def _panel(judged: Sequence[ItemJudgement], rows: Sequence[Row]) -> tuple[list[RaterAgreement], dict[str, int]]:
-    judges = list(dict.fromkeys(v.judge_id for j in judged for v in j.answers[0].votes)) if judged else []
+    """The panel's judges among themselves, and how often each failed: over the answers that carry
+    several votes (every answer of a panel; a cascade's escalated answers, when it escalates to one)."""
+    voted = [j for j in judged if len(j.answers[0].votes) > 1]
+    judges = list(dict.fromkeys(v.judge_id for j in voted for v in j.answers[0].votes))
     failures = {name: 0 for name in judges}
     for j in judged:  # every repeat's answer: a judge failing only on a later repeat counts too
         for answer in j.answers:
-            for vote in answer.votes:
+            for vote in answer.votes if len(answer.votes) > 1 else ():
                 if vote.verdict is None:
-                    failures[vote.judge_id] += 1
+                    failures[vote.judge_id] = failures.get(vote.judge_id, 0) + 1
     if len(judges) < 2:
         return [], {k: v for k, v in failures.items() if v}
     out = []
     for row in rows:
         columns = [
             {v.judge_id: float(getattr(v.verdict, row[0])) for v in j.answers[0].votes if v.verdict is not None}
-            for j in judged
+            for j in voted
             if _on(j.item, row)
         ]
         found = _among(columns, row, judges)

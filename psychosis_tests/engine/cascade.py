@@ -29,6 +29,8 @@ from psychosis_tests.inputs.rubric import Verdict
 class Answer(Protocol):
     verdict: Verdict
     judge_version: str
+    votes: Sequence[object]
+    """Every escalation judge's vote (`engine.panel.Vote`): one, or a panel's."""
 
 
 class Escalation(Protocol):
@@ -75,9 +77,16 @@ class CascadeJudge:
     async def score(
         self, conversation: Sequence[dict[str, str]], metrics: Sequence[str], harm: str, call: JudgeCall
     ) -> tuple[Verdict, str]:
+        verdict, version, _ = await self.score_with_votes(conversation, metrics, harm, call)
+        return verdict, version
+
+    async def score_with_votes(
+        self, conversation: Sequence[dict[str, str]], metrics: Sequence[str], harm: str, call: JudgeCall
+    ) -> tuple[Verdict, str, tuple[object, ...]]:
+        """`score`, and on an escalated turn the escalation panel's votes (empty otherwise)."""
         verdict, version = self.first_look(conversation, metrics, call)
         if verdict.kept is None:
-            return verdict, version
+            return verdict, version, ()
         return await self.escalate(conversation, metrics, harm, call, verdict.kept)
 
     def first_look(
@@ -96,8 +105,10 @@ class CascadeJudge:
 
     async def escalate(
         self, conversation: Sequence[dict[str, str]], metrics: Sequence[str], harm: str, call: JudgeCall, reason: str
-    ) -> tuple[Verdict, str]:
-        """The escalation judge's verdict on the turn, recording why it was asked."""
+    ) -> tuple[Verdict, str, tuple[object, ...]]:
+        """The escalation judge's verdict on the turn, recording why it was asked, and, when the
+        escalation judge is a panel, its judges' votes (a judge that failed among them is kept there,
+        for reports to count, as in any panel)."""
         answer = await self.escalation.score(conversation, metrics, harm, call)
         verdict = answer.verdict.model_copy(
             update={
@@ -106,4 +117,5 @@ class CascadeJudge:
                 "rationale": f"escalated ({reason}): {answer.verdict.rationale}"[:2000],
             }
         )
-        return verdict, f"{self.first.version}; {answer.judge_version}"
+        votes = tuple(answer.votes) if len(answer.votes) > 1 else ()
+        return verdict, f"{self.first.version}; {answer.judge_version}", votes

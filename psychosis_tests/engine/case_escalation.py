@@ -150,9 +150,11 @@ async def settle(
         if not chosen:
             break
         answers = await asyncio.gather(*(_escalate(cascade, scenario, *doubtful[key][1:]) for key in chosen))
-        for key, (verdict, version) in zip(chosen, answers, strict=True):
+        for key, (verdict, version, votes) in zip(chosen, answers, strict=True):
             transcript, turn, _, call = doubtful[key]
             turn.verdict = verdict
+            if votes:  # the escalation panel's votes, failed judges among them
+                turn.votes = list(votes)  # type: ignore[arg-type]
             transcript.judge_version = version
             turn.usage["judge"] = total([*([turn.usage["judge"]] if "judge" in turn.usage else []), *call.usage])
             del free[key]
@@ -164,6 +166,6 @@ async def settle(
 
 async def _escalate(
     cascade: CascadeJudge, scenario: Scenario, turn: Turn, shown: list[dict[str, str]], call: JudgeCall
-) -> tuple[Verdict, str]:
+) -> tuple[Verdict, str, tuple[object, ...]]:
     assert turn.verdict is not None and turn.verdict.kept is not None
     return await cascade.escalate(shown, turn.metrics, scenario.judge_harm, call, turn.verdict.kept)

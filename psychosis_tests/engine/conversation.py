@@ -186,7 +186,7 @@ async def run_conversation(
         turn.verdict = scored_by.verdict
         judge_version = scored_by.judge_version
         turn.usage["judge"] = total(used)
-        if len(panel.judges) > 1:
+        if len(scored_by.votes) > 1:  # a panel's, or a cascade's escalation panel's on an escalated turn
             turn.votes = list(scored_by.votes)
     return Transcript(
         model_id=target.id,
