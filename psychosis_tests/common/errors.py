@@ -60,8 +60,9 @@ def remember_secret(value: str) -> None:
 
 
 def inert(text: str) -> str:
-    """`text` with every control character (but newline and tab), bidi or zero-width mark and lone
-    surrogate written as a visible escape such as \\x1b: safe to print and to encode as UTF-8."""
+    """`text` with every control character (but newline and tab), invisible format mark (bidi,
+    zero-width, byte order mark...), tag character and lone surrogate written as a visible escape
+    such as \\x1b: safe to print and to encode as UTF-8."""
     return _UNPRINTABLE.sub(lambda m: _escape(ord(m.group())), text)
 
 
