@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import re
 import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -480,6 +481,7 @@ def judged_by_model_file(tmp_path: Path, model_file: Path) -> subprocess.Complet
          "--model=reference/guardian", "--judge=mine", f"--models-file={models}", f"--report-dir={tmp_path / 'r'}",
          "-k", "conduit-explicit"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env={k: v for k, v in os.environ.items() if not k.startswith("PSYCHOSIS_")},  # a CI job's settings would change the run
     )  # fmt: skip
 
 
