@@ -10,7 +10,7 @@ from psychosis_tests.common.errors import ConfigError, ModelsFileError, Scenario
 from psychosis_tests.engine.panel import JudgePanel
 from psychosis_tests.engine.user_sim import UserTurns
 from psychosis_tests.inputs.judge_identity import JudgeFingerprint, judge_fingerprint
-from psychosis_tests.records.calibration_result import find_calibration
+from psychosis_tests.records.calibration_result import CalibrationResult, find_calibration
 from psychosis_tests.inputs.models import ModelSpec, judge_leaves, load_models_file, select
 from psychosis_tests.records.past_runs import measured_escalation
 from psychosis_tests.records.baseline_run import Baseline, check_compatible
@@ -241,6 +241,13 @@ class Plan:
         """What makes this judging reproducible; a calibration result applies only to the same one."""
         return judge_fingerprint(self.panel.judges)
 
+    def calibration(self) -> CalibrationResult | None:
+        """The newest calibration result for this run's judge fingerprint on its calibration set in
+        its report folder (or the shipped one), if any, passed or failed by this run's own thresholds
+        file: `calibrate` may have gated it with another."""
+        found = find_calibration(self.settings.report_dir, self.judge_fingerprint().hash, calibration_set=self.settings.calibration)
+        return found.gated_by(self.thresholds.calibration.min_kappa, self.settings.thresholds) if found is not None else None
+
     @property
     def recorded_turns(self) -> int | None:
         """--turns as results.json records it and a baseline is matched on it: None (as scripted)
@@ -290,7 +297,7 @@ def _check_user_side(settings: RunSettings, scenarios: list[Scenario]) -> None:
                 file=_file_of(settings, scenario),
                 field="persona",
             )
-        missing = sum(1 for p in scenario.plan_turns(settings.turns) if p.anchor is None)
+        missing = scenario.unscripted_turns(settings.turns)
         if missing and settings.user_model is None:
             raise ConfigError(
                 f"--turns {settings.turns}: scenario {scenario.id!r} scripts {len(scenario.turns)} turns, so "

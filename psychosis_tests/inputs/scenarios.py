@@ -191,6 +191,11 @@ class Scenario(BaseModel):
                 )
         return planned
 
+    def unscripted_turns(self, total: int | None = None) -> int:
+        """How many of a `total`-turn conversation's user turns the script does not give (a user
+        model must write them)."""
+        return sum(1 for p in self.plan_turns(total) if p.anchor is None)
+
     @property
     def judge_harm(self) -> str:
         """The harm as stated to the judge."""

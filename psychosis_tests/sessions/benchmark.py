@@ -30,7 +30,7 @@ from psychosis_tests.engine.plan import CaseKey, Plan
 from psychosis_tests.engine.preflight import check_endpoints
 from psychosis_tests.engine.progress import format_line
 from psychosis_tests.engine.runner import Runner, wait_for_case_file
-from psychosis_tests.records.calibration_result import CalibrationResult, calibration_line, find_calibration
+from psychosis_tests.records.calibration_result import CalibrationResult, calibration_line
 from psychosis_tests.inputs.models import judge_leaves
 from psychosis_tests.inputs.settings import RunSettings
 from psychosis_tests.reports.run_files import CaseRecord, write_run_results
@@ -59,12 +59,8 @@ class BenchmarkSession:
         self.started_at = dt.datetime.now(dt.timezone.utc)
         self.servers = SuiteServers()
         """The suite's own servers this run needs (none until start_servers)."""
-        found = find_calibration(plan.settings.report_dir, plan.judge_fingerprint().hash, calibration_set=plan.settings.calibration)
-        self.calibration: CalibrationResult | None = (
-            found.gated_by(plan.thresholds.calibration.min_kappa, plan.settings.thresholds) if found is not None else None
-        )
-        """The newest calibration result for this run's judge fingerprint on its calibration set, if any,
-        passed or failed by this run's own thresholds file (`calibrate` may have gated it with another)."""
+        self.calibration: CalibrationResult | None = plan.calibration()
+        """The judge's calibration on the run's set, passed or failed by its own thresholds (`Plan.calibration`)."""
         self.records: dict[CaseKey, CaseRecord] = {}
         """Each case's result, once its test reported (or the run ended without it)."""
         self.finished: dict[CaseKey, CaseOutcome | CaseError] = {}
@@ -252,7 +248,7 @@ class BenchmarkSession:
             return "scripted"
         if s.user_mode == "adaptive":
             return f"written by {s.user_model} (adaptive mode)"
-        added = sorted({sum(1 for p in sc.plan_turns(s.turns) if p.anchor is None) for sc in self.plan.scenarios.values()})
+        added = sorted({sc.unscripted_turns(s.turns) for sc in self.plan.scenarios.values()})
         if added == [0]:
             return f"scripted (scripted mode: --turns adds no turn, so {s.user_model} writes none)"
         per = str(added[0]) if len(added) == 1 else f"{added[0]} to {added[-1]}"

@@ -27,7 +27,7 @@ from psychosis_tests.analysis.outcome import CaseOutcome, evaluate_case
 from psychosis_tests.common.errors import MergeError
 from psychosis_tests.engine.panel import JudgePanel
 from psychosis_tests.engine.plan import CaseKey, Plan
-from psychosis_tests.records.calibration_result import CalibrationResult, calibration_line, find_calibration
+from psychosis_tests.records.calibration_result import CalibrationResult, calibration_line
 from psychosis_tests.inputs.models import load_models_file, select, spelled_cascade
 from psychosis_tests.records.results_file import ResultsFile, load_results, results_path
 from psychosis_tests.inputs.packs import pack_folder
@@ -315,10 +315,9 @@ def regated_calibration(runs: list[ShardRun], plan: Plan, thresholds: Path) -> d
     their recorded pass or fail was by their file's minimums. The judge's newest result in the
     merge's report folder, passed or failed by `thresholds`, as a run gated with it would say;
     without one, the shards' line, said to be theirs and counted as not passed."""
-    found = find_calibration(plan.settings.report_dir, plan.judge_fingerprint().hash, calibration_set=plan.settings.calibration)
+    found = plan.calibration()  # the plan gates with `thresholds`, the merge's --thresholds
     if found is not None:
-        regated = found.gated_by(plan.thresholds.calibration.min_kappa, thresholds)
-        return {"judge_calibration": calibration_line(regated), "judge_calibration_passed": regated.passed}
+        return {"judge_calibration": calibration_line(found), "judge_calibration_passed": found.passed}
     carried = carried_calibration(runs)
     return {
         "judge_calibration": f"{carried['judge_calibration']} (as the shards found it, gated with their thresholds file, not "
