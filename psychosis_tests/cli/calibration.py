@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from psychosis_tests.analysis.agreement import BOOTSTRAP_RESAMPLES
 from psychosis_tests.cli.options import add_input_files, positive_int, project_folder
 from psychosis_tests.common.errors import ConfigError
 from psychosis_tests.inputs.models import DEFAULT_ESCALATION_THRESHOLD
-from psychosis_tests.inputs.settings import ENV, resolve
+from psychosis_tests.inputs.settings import environment_of, resolve
 
 EXIT_OK, EXIT_GATE_FAILED = 0, 1
 DEFAULT_CALIBRATION = Path("calibration")
@@ -78,8 +77,7 @@ def calibrate(args: argparse.Namespace) -> int:
     }
     # Only these settings' variables: the benchmark's others (PSYCHOSIS_MODELS, PSYCHOSIS_PACKS, ...) describe a
     # benchmark run, and its targets would choose the default judge.
-    environ = {ENV[name]: os.environ[ENV[name]] for name in [*values, "progress_interval"] if ENV[name] in os.environ}
-    settings = resolve(values.get, environ, project_folder())
+    settings = resolve(values.get, environment_of([*values, "progress_interval"]), project_folder())
     assert settings.calibration is not None  # resolve sets it
     path = settings.calibration
     items_given = getattr(args, "items", None) or None

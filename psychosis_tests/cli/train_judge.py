@@ -19,7 +19,6 @@ report folder) are taken from the project folder (`project_folder`), as the benc
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -152,11 +151,10 @@ def gate_settings(calibration: Path, scenarios: Path | None, root: Path) -> RunS
     scenarios train-judge was given (--scenarios, as `calibrate --scenarios`), else the scenarios,
     thresholds and report folder from their environment variables, else the project folder's
     defaults. The benchmark's other variables (PSYCHOSIS_MODELS, ...) are not read."""
-    from psychosis_tests.inputs.settings import ENV, resolve
+    from psychosis_tests.inputs.settings import environment_of, resolve
 
     given = {"judge": ["trained"], "cache_mode": "off", "calibration": calibration, "scenarios": scenarios}
-    environ = {ENV[n]: os.environ[ENV[n]] for n in ("scenarios", "thresholds", "report_dir") if ENV[n] in os.environ}
-    return resolve(given.get, environ, root)
+    return resolve(given.get, environment_of(("scenarios", "thresholds", "report_dir")), root)
 
 
 def check_gate_inputs(settings: RunSettings) -> None:

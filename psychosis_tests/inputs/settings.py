@@ -31,7 +31,7 @@ a default.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Literal, NamedTuple
 
@@ -81,6 +81,14 @@ ENV: dict[str, str] = {
 }
 """Setting name -> its environment variable. A setting without one is given per run, on the
 command line only (--baseline, --force-baseline, --shard, --estimate, --profile-snapshots)."""
+
+
+def environment_of(names: Iterable[str]) -> dict[str, str]:
+    """The environment variables of these settings that are set, and only them: a command that
+    reads some of the benchmark's settings (calibrate, train-judge's gate) ignores the others."""
+    return {ENV[name]: os.environ[ENV[name]] for name in names if ENV[name] in os.environ}
+
+
 INI_PLURAL = {"model": "models", "pack": "packs"}
 """Settings given repeatedly on the command line whose ini key (and environment variable) is plural."""
 ENV_MODELS = ENV["model"]
