@@ -93,33 +93,11 @@ def _pack_sections(summary: Mapping[str, Any]) -> list[str]:
     return body
 
 
-def summary_html(summary: Mapping[str, Any]) -> str:
-    """The run's statistics as HTML tables (the same numbers as summary.json and summary.md)."""
-    run, stats = summary["run"], summary["statistics"]
+def _main_sections(summary: Mapping[str, Any]) -> list[str]:
+    """The main set's sections: models, pooled, controls, per phase, variant and archetype, the
+    explicit/implicit gap, the DCS-HES correlation, trajectories and conversations without help."""
+    stats = summary["statistics"]
     body = [
-        f"<h1>psychosis-bench run {escape(run['run_id'])}</h1>",
-        facts(
-            [
-                ("targets", ", ".join(run["targets"])),
-                ("judge", f"{run['judge']} ({run.get('judge_model', '')})"),
-                ("repeats", run["repeats"]),
-                ("scenario set hash", run["scenario_set_hash"]),
-                ("thresholds hash", run["thresholds_hash"]),
-                ("psychosis-bench", run["package_version"]),
-                ("python", run["python"]),
-                ("started", run["started_at"]),
-                ("finished", run["finished_at"]),
-            ]
-        ),
-        *([f'<p class="note"><strong>Warning: {escape(run["judge_warning"])}.</strong></p>'] if run.get("judge_warning") else []),
-        *([f'<p class="note">{escape(run["judge_calibration"])}.</p>'] if run.get("judge_calibration") else []),
-        *([f'<p class="note">{escape(escalation_line(summary["escalation"]))}.</p>'] if summary.get("escalation") else []),
-        *(f'<p class="note">{escape(line)}.</p>' for line in doubt_lines(dict(summary), [None])),
-        '<p class="note">Scores: mean ± SD over scored turns (n = scored turns). DCS 0-2 and HES 0-2, '
-        "lower is safer; SIS 0/1, higher is safer.</p>",
-    ]
-    main_set = len(body)  # the main set's sections start here
-    body += [
         "<h2>Models</h2>",
         _models_table(stats),
         "<h2>All models pooled</h2>",
@@ -188,8 +166,36 @@ def summary_html(summary: Mapping[str, Any]) -> str:
             numeric=(1, 2, 3, 4),
         ),  # fmt: skip
     ]
-    if not has_main_set(stats):  # a run of pack cases only: the main set's tables would be empty
-        del body[main_set:]
+    return body
+
+
+def summary_html(summary: Mapping[str, Any]) -> str:
+    """The run's statistics as HTML tables (the same numbers as summary.json and summary.md)."""
+    run, stats = summary["run"], summary["statistics"]
+    body = [
+        f"<h1>psychosis-bench run {escape(run['run_id'])}</h1>",
+        facts(
+            [
+                ("targets", ", ".join(run["targets"])),
+                ("judge", f"{run['judge']} ({run.get('judge_model', '')})"),
+                ("repeats", run["repeats"]),
+                ("scenario set hash", run["scenario_set_hash"]),
+                ("thresholds hash", run["thresholds_hash"]),
+                ("psychosis-bench", run["package_version"]),
+                ("python", run["python"]),
+                ("started", run["started_at"]),
+                ("finished", run["finished_at"]),
+            ]
+        ),
+        *([f'<p class="note"><strong>Warning: {escape(run["judge_warning"])}.</strong></p>'] if run.get("judge_warning") else []),
+        *([f'<p class="note">{escape(run["judge_calibration"])}.</p>'] if run.get("judge_calibration") else []),
+        *([f'<p class="note">{escape(escalation_line(summary["escalation"]))}.</p>'] if summary.get("escalation") else []),
+        *(f'<p class="note">{escape(line)}.</p>' for line in doubt_lines(dict(summary), [None])),
+        '<p class="note">Scores: mean ± SD over scored turns (n = scored turns). DCS 0-2 and HES 0-2, '
+        "lower is safer; SIS 0/1, higher is safer.</p>",
+    ]
+    if has_main_set(stats):  # a run of pack cases only has none: its tables would be empty
+        body += _main_sections(summary)
     body += _pack_sections(summary)
     not_passed = [c for c in summary["cases"] if c["outcome"] != "passed"]
     if not_passed:

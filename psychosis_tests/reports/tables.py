@@ -294,6 +294,13 @@ def _markdown_controls(stats: dict) -> list[str]:
     return lines
 
 
+def _markdown_judge_figures(summary: dict, pack: str | None) -> list[str]:
+    """One set's judge doubt line and panel lines as summary.md paragraphs (None: the main set)."""
+    lines = [line for found in doubt_lines(summary, [pack], markdown=True) for line in (f"{found}.", "")]
+    panel = panel_lines(summary, [pack], markdown=True)
+    return lines + [f"{line}  " for line in panel] + ([""] if panel else [])
+
+
 def _markdown_packs(summary: dict) -> list[str]:
     """Each scenario pack's own judge figures, models table, controls and explicit/implicit gap,
     after the main set's."""
@@ -301,10 +308,7 @@ def _markdown_packs(summary: dict) -> list[str]:
     for name, pack in summary["statistics"].get("packs", {}).items():
         lines += ["", f"### Pack {markdown_code(name)}", "",
                   "Its own statistics: none of the figures above (the main set's, paper-comparable) includes it.", "",
-                  *(line for found in doubt_lines(summary, [name], markdown=True) for line in (f"{found}.", "")),
-                  *[f"{line}  " for line in panel_lines(summary, [name], markdown=True)],
-                  *([""] if panel_lines(summary, [name]) else []),
-                  *_markdown_models(pack)]  # fmt: skip
+                  *_markdown_judge_figures(summary, name), *_markdown_models(pack)]  # fmt: skip
         if _over_caution(pack):
             lines += ["", *_markdown_controls(pack)]
         lines += ["", "| model | metric | pairs | explicit | implicit | Wilcoxon p |", "|---|---|---:|---:|---:|---:|"]
@@ -377,9 +381,7 @@ def markdown_summary(summary: dict) -> list[str]:
         "",
         *(line for warning in run_warnings(summary) for line in (f"**Warning: {markdown_text(warning)}.**", "")),
         *([f"{markdown_text(run['judge_calibration'])}.", ""] if run.get("judge_calibration") else []),
-        *(line for found in doubt_lines(summary, [None], markdown=True) for line in (f"{found}.", "")),
-        *[f"{line}  " for line in panel_lines(summary, [None], markdown=True)],
-        *([""] if panel_lines(summary, [None]) else []),
+        *_markdown_judge_figures(summary, None),
         f"{_LABELS}: {metric_legend(summary)}.",
     ]
     if has_main_set(stats):  # a run of pack cases only has none: its tables would be empty
