@@ -9,6 +9,7 @@ another `--report-dir=...` (pytest keeps the last value of an option). Path opti
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -21,6 +22,12 @@ REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = REPO / "scenarios"
 THRESHOLDS = REPO / "thresholds.yaml"
 OUTCOME_LINE = re.compile(r"^(PASSED|FAILED|ERROR) \S+::test_case\[([^\]]+)\]")
+
+
+def subprocess_environment() -> dict[str, str]:
+    """The environment for a suite command run in a subprocess: without the caller's PSYCHOSIS_
+    settings (a CI job's PSYCHOSIS_TURNS=24 would change the run), progress lines off."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("PSYCHOSIS_")} | {"PSYCHOSIS_PROGRESS_INTERVAL": "0"}
 
 
 class BenchmarkRunner:

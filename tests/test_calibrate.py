@@ -8,7 +8,6 @@ folders whose names contain spaces.
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import pytest
 import yaml
 from calibration_fixtures import write_fixture_set
 from sklearn.metrics import cohen_kappa_score
+from tests.benchmark_runner import subprocess_environment
 
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARK = REPO / "psychosis_tests" / "test_benchmark.py"
@@ -25,14 +25,10 @@ CALIBRATION_TESTS = REPO / "psychosis_tests" / "test_judge_calibration.py"
 FEW_RESAMPLES = ["--bootstrap-resamples", "50"]
 
 
-def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("PSYCHOSIS_")} | {"PSYCHOSIS_PROGRESS_INTERVAL": "0"}
-
-
 def _calibrate(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "psychosis_tests", "calibrate", "--report-dir", str(tmp_path / "my reports"), *args],
-        cwd=REPO, capture_output=True, text=True, env=_env(), timeout=300,
+        cwd=REPO, capture_output=True, text=True, env=subprocess_environment(), timeout=300,
     )
 
 
@@ -155,7 +151,7 @@ def _bench(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "pytest", str(BENCHMARK), "-p", "no:cacheprovider", f"--report-dir={tmp_path / 'my reports'}",
          "--model=reference/guardian", "-k", "conduit-explicit", *args],
-        cwd=REPO, capture_output=True, text=True, env=_env(), timeout=300,
+        cwd=REPO, capture_output=True, text=True, env=subprocess_environment(), timeout=300,
     )
 
 
@@ -263,7 +259,7 @@ def test_pytest_mark_judge_calibration_runs_the_gate_as_tests(tmp_path: Path, fi
         return subprocess.run(
             [sys.executable, "-m", "pytest", str(REPO / "psychosis_tests"), "-p", "no:cacheprovider", "-m", "judge_calibration",
              "--judge", judge, "--calibration", str(fixture_set), f"--report-dir={tmp_path / 'my reports'}", *extra],
-            cwd=REPO, capture_output=True, text=True, env=_env(), timeout=300,
+            cwd=REPO, capture_output=True, text=True, env=subprocess_environment(), timeout=300,
         )
 
     good = run("reference/judge", f"--alluredir={tmp_path / 'allure results'}")
@@ -477,7 +473,7 @@ def test_an_old_result_without_occ_says_so_in_a_benchmark_run() -> None:
 
 
 def test_calibrate_takes_the_set_and_the_judge_repeats_from_the_environment(tmp_path: Path, fixture_set: Path) -> None:
-    environ = _env() | {"PSYCHOSIS_CALIBRATION": str(fixture_set), "PSYCHOSIS_JUDGE_REPEATS": "2"}
+    environ = subprocess_environment() | {"PSYCHOSIS_CALIBRATION": str(fixture_set), "PSYCHOSIS_JUDGE_REPEATS": "2"}
     done = subprocess.run(
         [sys.executable, "-m", "psychosis_tests", "calibrate", "--report-dir", str(tmp_path / "my reports"),
          "--judge", "reference/judge", *FEW_RESAMPLES],
@@ -507,7 +503,7 @@ def test_calibrate_ignores_the_benchmarks_target_and_pack_variables(
         [sys.executable, "-m", "psychosis_tests", "calibrate", "--report-dir", str(tmp_path / "my reports"),
          "--calibration", str(fixture_set), "--scenarios", str(REPO / "scenarios"),
          "--thresholds", str(REPO / "thresholds.yaml"), *FEW_RESAMPLES],
-        cwd=REPO / "docs", capture_output=True, text=True, env=_env() | environ, timeout=300,
+        cwd=REPO / "docs", capture_output=True, text=True, env=subprocess_environment() | environ, timeout=300,
     )  # fmt: skip
     assert done.returncode in (0, 1), done.stdout + done.stderr
     assert done.stdout.startswith(f"psychosis-bench calibrate: judge {judge}; {ITEMS} items"), done.stdout

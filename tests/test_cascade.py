@@ -7,7 +7,6 @@ reference/judge-gold, which answers the calibration set's gold labels), never th
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from psychosis_tests.inputs.rubric import Verdict, parse_verdict
 from psychosis_tests.inputs.scenarios import load_scenarios
 from psychosis_tests.inputs.settings import resolve, select_judges
 from psychosis_tests.servers.reference_gold import NoGoldLabel, gold_verdict
+from tests.benchmark_runner import subprocess_environment
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -244,17 +244,13 @@ def test_estimate_counts_the_escalation_judges_calls_on_the_escalation_rate(tmp_
                for line in estimate_lines(cascade, [key]))  # fmt: skip
 
 
-def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("PSYCHOSIS_")} | {"PSYCHOSIS_PROGRESS_INTERVAL": "0"}
-
-
 def test_calibrate_on_a_cascade_reports_its_kappas_and_escalation_rate_and_estimate_uses_it(tmp_path: Path, items) -> None:  # noqa: ANN001
     reports = tmp_path / "my reports"
     done = subprocess.run(
         [sys.executable, "-m", "psychosis_tests", "calibrate", "--report-dir", str(reports), "--cache-mode", "off",
          "--judge", "trained", "--escalate-to", "reference/judge-gold", "--escalate-threshold", "0.9",
          "--bootstrap-resamples", "20"],
-        cwd=REPO, capture_output=True, text=True, env=_env(), timeout=600,
+        cwd=REPO, capture_output=True, text=True, env=subprocess_environment(), timeout=600,
     )  # fmt: skip
     assert done.returncode in (0, 1), done.stdout + done.stderr
     trained = TrainedJudge(builtin_models()["trained"])
@@ -286,7 +282,7 @@ def test_a_benchmark_run_with_a_cascade_records_who_decided_each_turn(tmp_path: 
         [sys.executable, "-m", "pytest", str(REPO / "psychosis_tests" / "test_benchmark.py"), "-p", "no:cacheprovider",
          "--model=reference/sycophant", "--judge=trained", "--escalate-to=reference/judge", "--escalate-threshold=0.9",
          f"--report-dir={tmp_path / 'r'}", "--cache-mode=off", "-k", "conduit-explicit"],
-        cwd=tmp_path, capture_output=True, text=True, env=_env(), timeout=300,
+        cwd=tmp_path, capture_output=True, text=True, env=subprocess_environment(), timeout=300,
     )  # fmt: skip
     assert done.returncode in (0, 1), done.stdout + done.stderr
     (case,) = (tmp_path / "r").glob("*/cases/*.json")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 from psychosis_tests.inputs.calibration import load_calibration
 from psychosis_tests.inputs.judge_items import load_item_file
 from psychosis_tests.inputs.scenarios import load_scenarios
+from tests.benchmark_runner import subprocess_environment
 
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARK = REPO / "psychosis_tests" / "test_benchmark.py"
@@ -22,7 +22,7 @@ PANEL = ["--judge=reference/judge", "--judge=reference/judge-strict", "--judge=r
 
 
 def _bench(report_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PSYCHOSIS_")} | {"PSYCHOSIS_PROGRESS_INTERVAL": "0"}
+    env = subprocess_environment()
     return subprocess.run(
         [sys.executable, "-m", "pytest", str(BENCHMARK), "-p", "no:cacheprovider", f"--report-dir={report_dir}", *args],
         cwd=REPO, capture_output=True, text=True, env=env, timeout=600,

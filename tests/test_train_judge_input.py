@@ -7,7 +7,6 @@ Every train-judge here trains on a tiny corpus (36 items) written by the test.""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import pytest
 
 from psychosis_tests import __main__ as cli
 from psychosis_tests.inputs.calibration import calibration_files, parse_calibration_file
+from tests.benchmark_runner import subprocess_environment
 
 REPO = Path(__file__).resolve().parents[1]
 PACK = REPO / "packs" / "clinical"
@@ -163,11 +163,6 @@ def test_a_copy_of_a_calibration_reply_is_refused_naming_the_item_file_and_field
     assert not out.exists() and printed.out == ""
 
 
-def without_suite_settings() -> dict[str, str]:
-    """The environment without the suite's own settings (a CI job's PSYCHOSIS_TURNS would change the run)."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("PSYCHOSIS_")}
-
-
 @pytest.fixture(scope="module")
 def past_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A benchmark run folder: the reference guardian on conduit-explicit, judged by the reference judge."""
@@ -176,7 +171,7 @@ def past_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         [sys.executable, "-m", "pytest", str(REPO / "psychosis_tests" / "test_benchmark.py"), "-p", "no:cacheprovider",
          "--model=reference/guardian", "--judge=reference/judge", f"--report-dir={reports}",
          "-k", "conduit-explicit and not control"],
-        cwd=REPO, capture_output=True, text=True, timeout=300, env=without_suite_settings(),
+        cwd=REPO, capture_output=True, text=True, timeout=300, env=subprocess_environment(),
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     (run_dir,) = reports.glob("2*")

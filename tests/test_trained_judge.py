@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import re
 import json
-import os
 import subprocess
 import sys
 import zipfile
@@ -23,6 +22,7 @@ from psychosis_tests.engine.trained_judge import TrainedJudgeError, TrainedJudge
 from psychosis_tests.inputs.judge_identity import judge_fingerprint
 from psychosis_tests.inputs.judge_items import JudgeItem, JudgeItemError, load_item_file, load_items
 from psychosis_tests.inputs.models import ModelSpec
+from tests.benchmark_runner import subprocess_environment
 
 REPO = Path(__file__).resolve().parents[1]
 GROUNDING = ["That sounds frightening, but numbers on the radio are not messages to you; please talk to your GP.",
@@ -481,7 +481,7 @@ def judged_by_model_file(tmp_path: Path, model_file: Path) -> subprocess.Complet
          "--model=reference/guardian", "--judge=mine", f"--models-file={models}", f"--report-dir={tmp_path / 'r'}",
          "-k", "conduit-explicit"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
-        env={k: v for k, v in os.environ.items() if not k.startswith("PSYCHOSIS_")},  # a CI job's settings would change the run
+        env=subprocess_environment(),
     )  # fmt: skip
 
 
