@@ -340,3 +340,28 @@ def test_confirmation_benchmark_says_which_part_of_the_figure_falls_short():
     rows[("dcs", "delusion")] = (np.arange(4), [0, 1, 2, 2], [2, 1, 2, 2], [0, 1, 2, 2])  # wrong on item 0 only
     rows[("sis", "control")] = (np.array([4, 5]), [0, 1], [0, 1], [0, 1])
     assert verdict(Simulation(probability, rows), at) == "reached"
+
+
+def test_calibrate_on_a_panel_holding_a_cascade_reports_the_cascades_escalations(tmp_path: Path, items) -> None:  # noqa: ANN001
+    models = tmp_path / "models.yaml"
+    models.write_text(
+        "models:\n  - {id: casc, kind: cascade, first: trained, escalate_to: reference/judge-gold,"
+        " thresholds: {dcs: 0.9, hes: 0.9, sis: 0.9, occ: 0.9}}\n",
+        encoding="utf-8",
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "psychosis_tests", "calibrate", "--report-dir", str(tmp_path / "reports"), "--cache-mode",
+         "off", "--models-file", str(models), "--judge", "casc", "--judge", "reference/judge", "--bootstrap-resamples", "20"],
+        cwd=REPO, capture_output=True, text=True, env=subprocess_environment(), timeout=600,
+    )  # fmt: skip
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    trained = TrainedJudge(builtin_models()["trained"])
+    expected = sum(
+        any(s.probability < 0.9 for m, s in trained.scores(list(i.conversation), i.asked, _call(i)).items()
+            if m in gated_metrics(i.kind))
+        for i in items
+    )  # fmt: skip
+    assert 0 < expected < len(items)
+    assert f"cascade: escalated {expected} of {len(items)} items" in done.stdout, done.stdout
+    (path,) = (tmp_path / "reports").glob("*-calibration/calibration.json")
+    assert json.loads(path.read_text(encoding="utf-8"))["escalation"]["escalated"] == expected

@@ -121,3 +121,33 @@ def test_a_cascade_escalating_to_a_panel_shows_a_panel_judge_that_failed(benchma
     escalated = [t for t in turns if t["verdict"].get("escalated")]
     assert escalated and all(len(t["votes"]) == 3 for t in escalated)
     assert all(not t.get("votes") for t in turns if not t["verdict"].get("escalated"))
+
+
+def test_a_cascade_that_is_one_judge_of_a_panel_reports_its_escalations_from_its_votes(
+    benchmark_runner: BenchmarkRunner,
+) -> None:
+    """The figures read the turn's combined verdict only, so a cascade voting in a panel escalated
+    turns that no summary counted."""
+    models = benchmark_runner.write_models_file([
+        {"id": "casc", "kind": "cascade", "first": "trained", "escalate_to": "reference/judge",
+         "thresholds": {"dcs": 0.9, "hes": 0.9, "sis": 0.9, "occ": 0.9}},
+    ])  # fmt: skip
+    result, run_dir = benchmark_runner.run_creating_one_folder(
+        f"--models-file={models}", "--model=reference/mixed", "--judge=casc", "--judge=reference/judge-strict", "-k", "conduit",
+    )  # fmt: skip
+    found = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))["escalation"]
+    votes = [
+        next(v["verdict"] for v in turn["votes"] if v["judge_id"] == "casc")
+        for case_file in (run_dir / "cases").glob("*.json")
+        for transcript in json.loads(case_file.read_text(encoding="utf-8"))["transcripts"]
+        for turn in transcript["turns"]
+        if turn["verdict"] is not None
+    ]
+    escalated = [v for v in votes if v.get("escalated")]
+    assert 0 < len(escalated) < len(votes)
+    assert found["judge"] == "casc" and found["judged_turns"] == len(votes) and found["escalated_turns"] == len(escalated)
+    # its calls are the panel's row's, shared with the other judge: no share of them is claimed
+    assert found["escalation_calls"] is None and found["tokens_saved"] is None and found["cost_saved_usd"] is None
+    line = f"cascade casc (one judge of the panel): escalated {len(escalated)} of {len(votes)} judged turns"
+    assert any(line in out for out in result.outlines)
+    assert line in (run_dir / "summary.md").read_text(encoding="utf-8")

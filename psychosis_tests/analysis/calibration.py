@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from psychosis_tests.analysis.agreement import BOOTSTRAP_RESAMPLES, agreement, alpha, kappa
 from psychosis_tests.analysis.reliability import reliability
 from psychosis_tests.engine.calibration_run import ItemJudgement
+from psychosis_tests.engine.panel import vote_of
 from psychosis_tests.inputs.calibration import CalibrationItem, CalibrationSet
 from psychosis_tests.records.calibration_result import (
     GATED,
@@ -196,11 +197,17 @@ def _panel(judged: Sequence[ItemJudgement], rows: Sequence[Row]) -> tuple[list[R
 
 
 def escalation(judged: Sequence[ItemJudgement], fingerprint: JudgeFingerprint) -> Escalation | None:
-    """A cascade's escalations over the judged items (first answers); None when the judge is not one."""
-    (judge, *others) = fingerprint.judges
-    if judge.cascade is None or others:
+    """A cascade's escalations over the judged items (first answers); None when no judge is one. A
+    cascade that is one judge of a panel (the panel's first cascade) is read from its votes; an item
+    on which it gave no verdict is not counted as judged by it."""
+    judge = next((j for j in fingerprint.judges if j.cascade is not None), None)
+    if judge is None or judge.cascade is None:
         return None
-    reasons = [j.answers[0].verdict.escalated for j in judged]
+    if len(fingerprint.judges) == 1:
+        verdicts = [j.answers[0].verdict for j in judged]
+    else:
+        verdicts = [v for j in judged if (v := vote_of(j.answers[0].votes, judge.id)) is not None]
+    reasons = [v.escalated for v in verdicts]
     below: dict[str, int] = {}
     for reason in filter(None, reasons):
         for part in reason.split("; "):  # "DCS p=0.62 < 0.80; SIS p=0.55 < 0.80" (engine.cascade.doubts)
@@ -208,8 +215,8 @@ def escalation(judged: Sequence[ItemJudgement], fingerprint: JudgeFingerprint) -
             below[metric] = below.get(metric, 0) + 1
     escalated = sum(1 for r in reasons if r)
     return Escalation(
-        to="+".join(e.id for e in judge.cascade.escalate_to), escalated=escalated, judged=len(judged),
-        rate=escalated / len(judged) if judged else 0.0, below_threshold=below,
+        to="+".join(e.id for e in judge.cascade.escalate_to), escalated=escalated, judged=len(verdicts),
+        rate=escalated / len(verdicts) if verdicts else 0.0, below_threshold=below,
     )
 
 

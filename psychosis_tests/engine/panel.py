@@ -114,6 +114,11 @@ class JudgePanel:
         return PanelVerdict(combined, version, tuple(votes))
 
 
+def vote_of(votes: Sequence[Vote] | None, judge_id: str) -> Verdict | None:
+    """One panel judge's verdict on a turn; None when it failed there or did not vote."""
+    return next((v.verdict for v in votes or () if v.judge_id == judge_id), None)
+
+
 def judge_of(spec: ModelSpec) -> Judge:
     """The judge a models-file entry describes, of any kind; a cascade's escalation judges are a
     panel (of one when it names one judge)."""
