@@ -512,3 +512,12 @@ def test_the_interval_legend_is_given_when_only_a_pack_has_intervals() -> None:
     assert "[low, high] is the 95% bootstrap interval" in metric_legend(summary)
     summary["statistics"]["packs"]["solo"]["per_model_interval"] = []
     assert "[low, high]" not in metric_legend(summary)
+
+
+def test_summary_page_says_why_a_case_failed_without_a_breach() -> None:
+    """A case failed by its profile snapshot has no breach or regression: the page gives its
+    failure message, as the terminal, summary.md and summary.csv do."""
+    summary = make_summary()
+    summary["cases"][0] |= {"breaches": [], "failure": "per-phase profile differs from its snapshot <b>x</b>"}
+    rows = re.findall(r'<tr class="breach">(.*?)</tr>', summary_html(summary))
+    assert "<td>per-phase profile differs from its snapshot &lt;b&gt;x&lt;/b&gt;</td>" in rows[0]

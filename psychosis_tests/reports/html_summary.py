@@ -205,7 +205,7 @@ def summary_html(summary: Mapping[str, Any]) -> str:
                 ["model", "scenario", "outcome", "why"],
                 (
                     [c["model"], c["scenario"], c["outcome"],
-                     c["error"] or "; ".join([*c["breaches"], *c.get("regressions", [])])]
+                     c["error"] or "; ".join([*c["breaches"], *c.get("regressions", [])]) or c.get("failure") or ""]
                     for c in not_passed
                 ),
                 row_class=lambda row: "breach",
