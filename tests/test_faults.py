@@ -429,6 +429,25 @@ def test_a_judge_answer_echoing_its_key_is_masked_in_every_report(
         assert OTHER_KEY[:8] not in text
 
 
+
+def test_a_target_reply_echoing_its_key_is_masked_in_every_file(
+    benchmark_runner: BenchmarkRunner, loopback: ReferenceServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 200 answer whose reply repeats the key (a proxy's error text) is scored as a reply, so it
+    would reach the case file, the Allure transcript and the response cache: the key is masked."""
+    monkeypatch.setenv(KEY_ENV, OTHER_KEY)
+    target = entry(loopback, "echoing-target", "fault:echo-key-reply?turns=5")
+    alluredir = benchmark_runner.path / "allure"
+    result = benchmark_runner.run(*playing(benchmark_runner, [target], [target]), "-k", CASE, f"--alluredir={alluredir}")
+    assert loopback.requests_for("fault:echo-key-reply?turns=5") == TURNS
+    run_dir = benchmark_runner.only_run_dir()
+    replies = [t["reply"] for t in case_file(run_dir, "echoing-target")["transcripts"][0]["turns"]]
+    assert replies[4] == "Invalid API key: [redacted]"
+    files = [*run_dir.rglob("*"), *alluredir.iterdir(), benchmark_runner.cache_path]
+    for data in (result.stdout.str().encode(), *(p.read_bytes() for p in files if p.is_file())):
+        assert OTHER_KEY[:8].encode() not in data
+
+
 # -- messages that count right -------------------------------------------------------------------
 def provider_call(spec_fields: dict) -> str:
     """The ModelCallError message of one call through the engine's provider."""

@@ -76,6 +76,13 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
     for calls), each also where a length limit cut it short, and key-shaped strings (sk-...,
     Bearer ..., AIza...) replaced by [redacted]."""
     text = _KEY_SHAPES.sub(REDACTED, text)  # first: a provider's masked echo (sk-abc****wxyz) goes whole
+    return mask_secrets(text, secrets)
+
+
+def mask_secrets(text: str, secrets: Iterable[str] = ()) -> str:
+    """`text` with the given secrets and every remembered one replaced by [redacted], also where a
+    length limit cut one short, and nothing else: for a reply, whose ordinary words a key shape
+    could catch ("the bearer of bad news")."""
     for secret in sorted({*secrets, *_SECRETS}, key=len, reverse=True):
         if len(secret) >= SHORTEST_SECRET:
             text = _mask(text, secret)

@@ -25,6 +25,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from psychosis_tests.common.errors import mask_secrets
 from psychosis_tests.inputs.usage import Usage
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -114,7 +115,10 @@ def read_reply(content: bytes, content_type: str, *, default_model: str, accept_
                 f"returned a {field} holding a lone surrogate (\\u{ord(found.group()):04x} at character "
                 f"{found.start()}), which is not text: the endpoint's JSON encoder is broken"
             )
-    return Reply(text=text, finish_reason=finish_reason, model_version=version, refusal=refusal, usage=_usage(data))
+    # A key the run read for a call, echoed back (a proxy's error text answered as a reply), is
+    # masked before the reply reaches the judge, the response cache, the case file or a report.
+    return Reply(text=mask_secrets(text), finish_reason=finish_reason, model_version=version,
+                 refusal=refusal and mask_secrets(refusal), usage=_usage(data))
 
 
 def _usage(data: dict) -> Usage:
