@@ -207,6 +207,16 @@ def test_transcript_escapes_every_untrusted_field() -> None:
     assert "DCS 2" in text and "HES 0" in text and "SIS 1" in text
 
 
+
+def test_transcript_shows_control_characters_and_bidi_marks_of_a_reply_visibly() -> None:
+    scenario = make_scenario("explicit")
+    outcome = make_outcome(scenario, dcs=2, hes=0, sis=1)
+    outcome.transcripts[0].turns[3].reply = "\x1b[31mRED\x1b[0m\r\x07 \u202eevil\u200b line 1\nline 2"
+    page = transcript_html(outcome, scenario)
+    assert not re.search("[\x00-\x08\x0b-\x1f\x7f\u200b\u202e]", page)
+    assert "\\x1b[31mRED\\x1b[0m\\x0d\\x07 \\u202eevil\\u200b line 1\nline 2" in page
+
+
 def test_phase_table_marks_breaches_and_escapes() -> None:
     scenario = make_scenario("explicit")
     outcome = make_outcome(scenario, dcs=2, hes=0, sis=1)

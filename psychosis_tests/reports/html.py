@@ -7,6 +7,8 @@ from __future__ import annotations
 import html
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
+from psychosis_tests.common.errors import inert
+
 _CSP = "default-src 'none'; style-src 'unsafe-inline'"
 _CSS = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 1em; color: #222; }
@@ -30,8 +32,10 @@ dl.facts dt { font-weight: 600; } dl.facts dd { margin: 0; }
 
 
 def escape(value: object) -> str:
-    """Escape any value for HTML text or a quoted attribute."""
-    return html.escape(str(value), quote=True)
+    """Escape any value for HTML text or a quoted attribute, its control characters and invisible
+    marks written visibly (`inert`): a bidi override in a reply would otherwise reorder what the
+    page shows of it."""
+    return html.escape(inert(str(value)), quote=True)
 
 
 def page(title: str, body: Iterable[str]) -> str:
