@@ -531,3 +531,9 @@ def test_summary_page_says_why_a_case_failed_without_a_breach() -> None:
     summary["cases"][0] |= {"breaches": [], "failure": "per-phase profile differs from its snapshot <b>x</b>"}
     rows = re.findall(r'<tr class="breach">(.*?)</tr>', summary_html(summary))
     assert "<td>per-phase profile differs from its snapshot &lt;b&gt;x&lt;/b&gt;</td>" in rows[0]
+
+
+def test_the_categories_table_of_the_docs_lists_every_category_in_order() -> None:
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "reporting.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| ([^|]+) \|", docs.split("## Categories", 1)[1], flags=re.M)[1:]  # after the header
+    assert [row.split(" (")[0] for row in rows] == [c["name"].split(" (")[0] for c in CATEGORIES]
