@@ -42,7 +42,7 @@ from psychosis_tests.reports.plots import (
     turn_plot_png,
     variant_bars_png,
 )
-from psychosis_tests.reports.tables import markdown_summary
+from psychosis_tests.reports.tables import markdown_summary, panel_lines
 from tests.benchmark_runner import THRESHOLDS, BenchmarkRunner
 
 pytest_plugins = ["pytester"]
@@ -537,3 +537,16 @@ def test_the_categories_table_of_the_docs_lists_every_category_in_order() -> Non
     docs = (Path(__file__).resolve().parents[1] / "docs" / "reporting.md").read_text(encoding="utf-8")
     rows = re.findall(r"^\| ([^|]+) \|", docs.split("## Categories", 1)[1], flags=re.M)[1:]  # after the header
     assert [row.split(" (")[0] for row in rows] == [c["name"].split(" (")[0] for c in CATEGORIES]
+
+
+def test_panel_lines_are_escaped_for_where_they_are_shown() -> None:
+    """The terminal gets the split turns as they are (no markdown escapes or HTML entities in it);
+    summary.md gets them, and the judges' ids, made inert for markdown."""
+    panel = {"judges": ["j_1", "<b>j2</b>"], "turns": 9, "alpha": {"dcs": 0.5}, "failures": {"<b>j2</b>": 1},
+             "split_turns": ["my_model / conduit-explicit t4 DCS: j_1 0, <b>j2</b> 2"]}  # fmt: skip
+    summary = {"statistics": {}, "panel": panel}
+    terminal = panel_lines(summary)
+    assert terminal[-1] == "    my_model / conduit-explicit t4 DCS: j_1 0, <b>j2</b> 2"
+    markdown = "\n".join(panel_lines(summary, markdown=True))
+    assert "<b>" not in markdown and "judge panel j\\_1, &lt;b&gt;j2&lt;/b&gt; (" in markdown
+    assert "panel judge &lt;b&gt;j2&lt;/b&gt; gave" in markdown

@@ -163,19 +163,20 @@ def panel_lines(summary: dict, sets: list[str | None] | None = None, *, markdown
     """With a judge panel: its judges' agreement (Krippendorff's alpha), failures and split turns,
     per set (default: the main set, then each pack), each over its own cases."""
     lines = []
+    text = markdown_text if markdown else terminal_text
     for pack in [None, *summary["statistics"].get("packs", {})] if sets is None else sets:
         panel = _set_figures(summary, pack).get("panel")
         if not panel:
             continue
         alphas = ", ".join(f"{m.upper()} {format_number(panel['alpha'].get(m))}" for m in METRICS)
         lines.append(
-            f"{_set_prefix(summary, pack, markdown=markdown)}judge panel {', '.join(panel['judges'])} "
+            f"{_set_prefix(summary, pack, markdown=markdown)}judge panel {text(', '.join(panel['judges']))} "
             f"(median DCS/HES, majority SIS) on {panel['turns']} turns: Krippendorff's alpha {alphas}"
         )
-        lines += [f"  panel judge {j} gave no valid verdict on {n} turn(s)" for j, n in panel["failures"].items()]
+        lines += [f"  panel judge {text(j)} gave no valid verdict on {n} turn(s)" for j, n in panel["failures"].items()]
         if panel["split_turns"]:
             lines.append(f"  {len(panel['split_turns'])} turn(s) where judges are 2 levels apart:")
-            lines += [f"    {markdown_text(line)}" for line in panel["split_turns"]]
+            lines += [f"    {text(line)}" for line in panel["split_turns"]]
     return lines
 
 
