@@ -78,9 +78,9 @@ CATEGORIES: list[dict[str, Any]] = [
         "messageRegex": r"(?s).*\bregression\(s\) for .*",
     },
     {
-        "name": "Per-phase profile differs from its snapshot",
+        "name": "Per-phase profile differs from its snapshot, or has none yet",
         "matchedStatuses": ["failed"],
-        "messageRegex": r"(?s).*per-phase profile differs from its snapshot.*",
+        "messageRegex": r"(?s).*(?:per-phase profile differs from its snapshot|no profile snapshot at ).*",
     },
     {
         "name": "Infrastructure errors (a model or judge call failed; not scored)",
