@@ -158,6 +158,9 @@ def test_the_fingerprint_covers_both_judges_and_the_thresholds(tmp_path: Path) -
         ("{id: c, kind: cascade, first: reference/judge, escalate_to: reference/judge}",
          "cascade 'c': its first judge 'reference/judge' is kind reference; it must give a probability per score"),
         ("{id: c, kind: cascade, first: trained}", "a cascade needs first"),
+        # The table priced its escalations at this, --estimate, --max-cost and spent_usd at the judge's.
+        ("{id: c, kind: cascade, first: trained, escalate_to: reference/judge, price: {input_per_mtok: 1, output_per_mtok: 1}}",
+         "price: a cascade makes no call of its own"),
         ("{id: c, model: m, base_url: 'http://127.0.0.1:1/v1', thresholds: {dcs: 0.5}}", "thresholds: for kind: cascade"),
     ],
 )

@@ -222,6 +222,8 @@ class ModelSpec(BaseModel):
         if self.kind == "cascade":
             if self.base_url or self.serve_local or self.model_file:
                 raise ValueError("a cascade is made of other judges: give it first and escalate_to only")
+            if self.price is not None:
+                raise ValueError("price: a cascade makes no call of its own; price its escalation judges' entries")
             if not self.first or not self.escalate_to:
                 raise ValueError("a cascade needs first (a trained judge's id) and escalate_to (an id, or a list for a panel)")
             return self
@@ -382,9 +384,9 @@ def load_models_file(path: Path, *, required: bool) -> dict[str, ModelSpec]:
 
 def resolve_cascade(spec: ModelSpec, registry: dict[str, ModelSpec], *, models_file: Path) -> ModelSpec:
     """The cascade entry with its judges looked up; an unknown or unfit judge is one line naming
-    the entry. Its model name joins its judges' (`first>escalation`); unpriced, it takes the
-    escalation judge's price, its batch prices when that judge is batched (the first judge runs
-    in-process: every judge token is the escalation's)."""
+    the entry. Its model name joins its judges' (`first>escalation`); its price is its escalation
+    judge's, the batch prices when that judge is batched (the first judge runs in-process: every
+    judge token is the escalation's)."""
     assert spec.first is not None and spec.escalate_to is not None
     first, *escalation = select(registry, [spec.first, *spec.escalate_to], models_file=models_file,
                                 field=f"cascade {spec.id!r}: first/escalate_to")  # fmt: skip
@@ -394,7 +396,7 @@ def resolve_cascade(spec: ModelSpec, registry: dict[str, ModelSpec], *, models_f
     if any(e.kind == "cascade" for e in escalation):
         raise ModelsFileError(f"cascade {spec.id!r}: it escalates to another cascade; escalate to judges or a panel",
                               file=models_file, field="escalate_to")  # fmt: skip
-    price = spec.price or (escalation[0].call_price if len(escalation) == 1 else None)
+    price = escalation[0].call_price if len(escalation) == 1 else None
     resolved = spec.model_copy(update={"model": f"{first.model}>{'+'.join(e.model for e in escalation)}", "price": price})
     resolved._cascade = (first, tuple(escalation))
     return resolved
