@@ -270,10 +270,35 @@ def test_a_panel_of_judges_at_different_prices_says_why_it_has_no_cost(tmp_path:
     used = {"judge": Usage(calls=2, prompt_tokens=100, completion_tokens=10).model_dump()}
     (row,) = usage_rows([{"model": "reference/guardian", "usage": used}], plan)
     assert row["cost_usd"] is None and "priced differently" in row["no_cost_reason"]
-    why = "no cost for dear+cheap (judge): its judges are priced differently and the run records a panel's tokens together"
+    why = "no cost for dear+cheap (judge): its judges are priced differently and the cases' records do not give each judge's tokens"
     assert any(line.startswith(why) for line in usage_lines([row], markdown=False))
     assert any(line.startswith("\nNo cost for `dear+cheap` (judge): its judges are priced differently")
                for line in usage_lines([row], markdown=True))
+
+
+def test_a_panel_of_judges_at_different_prices_prices_each_judges_tokens_at_its_own_price(
+    benchmark_runner: BenchmarkRunner, loopback: ReferenceServer
+) -> None:
+    """Before, the row had no cost: the run summed the judges' tokens together."""
+    dear, cheap = {"input_per_mtok": 100, "output_per_mtok": 200}, {"input_per_mtok": 1, "output_per_mtok": 2}
+    models = benchmark_runner.write_models_file([
+        {"id": "dear", "model": "judge", "base_url": loopback.url, "price": dear},
+        {"id": "cheap", "model": "judge-strict", "base_url": loopback.url, "price": cheap},
+    ])  # fmt: skip
+    benchmark_runner.run("-rA", f"--models-file={models}", "--model", "reference/sycophant",
+                         "--judge", "dear", "--judge", "cheap", "-k", "conduit and not control")
+    summary = only_summary(benchmark_runner)
+    (judge_row,) = [r for r in summary["usage"] if r["role"] == "judge"]
+    assert "no_cost_reason" not in judge_row and judge_row["calls"] == loopback.request_count == 36
+    results = json.loads((benchmark_runner.only_run_dir() / "results.json").read_text(encoding="utf-8"))
+    by_judge = {judge: Usage() for judge in ("dear", "cheap")}
+    for case in results["cases"]:
+        for judge, used in case["judge_usage"].items():
+            by_judge[judge] += Usage.model_validate(used)
+    assert by_judge["dear"].calls == by_judge["cheap"].calls == 18
+    expected = cost(by_judge["dear"], Price(**dear)) + cost(by_judge["cheap"], Price(**cheap))
+    assert judge_row["cost_usd"] == judge_row["cost_with_cache_hits_usd"] == pytest.approx(expected, abs=1e-6)
+    assert summary["run"]["spent_usd"] == pytest.approx(judge_row["cost_usd"], abs=1e-6)  # the target is unpriced
 
 
 def test_a_panel_judge_that_max_cost_stops_errors_the_case_rather_than_losing_its_vote(

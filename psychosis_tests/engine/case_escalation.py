@@ -141,7 +141,7 @@ async def settle(
             call = JudgeCall(
                 provider, turn_label(target, scenario.id, transcript.repeat, turn.turn),
                 sample=sample_id(target, scenario.id, transcript.repeat), repeat=transcript.repeat,
-                priority=priority, usage=[], phase=turn.phase_name, kind=scenario.kind,
+                priority=priority, usage=[], judge_usage={}, phase=turn.phase_name, kind=scenario.kind,
             )  # fmt: skip
             doubtful[key] = (transcript, turn, shown, call)
             free[key] = cascade.doubtful_metrics(shown, turn.metrics, call)
@@ -157,6 +157,7 @@ async def settle(
                 turn.votes = list(votes)  # type: ignore[arg-type]
             transcript.judge_version = version
             turn.usage["judge"] = total([*([turn.usage["judge"]] if "judge" in turn.usage else []), *call.usage])
+            turn.add_judge_usage(call.judge_usage)
             del free[key]
     for key in free:
         turn = doubtful[key][1]

@@ -54,6 +54,18 @@ class Turn(BaseModel):
     usage: dict[str, Usage] = Field(default_factory=dict)
     """Tokens of this turn's calls per role: "target"; "judge" with its re-asks and, with a panel,
     every judge's calls; "user" when a user model wrote the turn, with its re-asks."""
+    judge_usage: dict[str, Usage] = Field(default_factory=dict)
+    """When more than one judge made calls for this turn (a panel, a cascade's escalation panel),
+    each one's share of usage["judge"] by judge id: the usage table prices each at its own price."""
+
+
+    def add_judge_usage(self, by_judge: dict[str, list[Usage]]) -> None:
+        """Add these judges' calls to `judge_usage`, kept once more than one judge has called."""
+        merged = dict(self.judge_usage)
+        for judge_id, used in by_judge.items():
+            merged[judge_id] = total([*([merged[judge_id]] if judge_id in merged else []), *used])
+        if len(merged) > 1:
+            self.judge_usage = merged
 
 
 class Transcript(BaseModel):
@@ -123,6 +135,7 @@ async def run_conversation(
     turns: list[Turn] = []
     judging: list[asyncio.Task[PanelVerdict]] = []
     judge_usage: list[list[Usage]] = []
+    by_judge: list[dict[str, list[Usage]]] = []
     version = ""
     conversation = sample_id(target.id, scenario.id, repeat)
     windows = [j.judge_context_messages for j in judge_leaves(panel.judges) if j.judge_context_messages]
@@ -166,8 +179,10 @@ async def run_conversation(
                 shown = judged_messages(turns)
                 turns[-1].judge_omitted = max(0, len(shown) - window) if window else 0
                 judge_usage.append([])
+                by_judge.append({})
                 call = JudgeCall(provider, label, sample=conversation, repeat=repeat, priority=priority,
-                                 usage=judge_usage[-1], phase=planned.phase_name, kind=scenario.kind)  # fmt: skip
+                                 usage=judge_usage[-1], judge_usage=by_judge[-1], phase=planned.phase_name,
+                                 kind=scenario.kind)  # fmt: skip
                 scoring = (
                     _first_look(first_looks, shown, metrics, call)
                     if first_looks is not None
@@ -182,10 +197,11 @@ async def run_conversation(
         raise
     judge_version = ""
     scored = [t for t in turns if t.metrics]
-    for turn, scored_by, used in zip(scored, verdicts, judge_usage, strict=True):
+    for turn, scored_by, used, by in zip(scored, verdicts, judge_usage, by_judge, strict=True):
         turn.verdict = scored_by.verdict
         judge_version = scored_by.judge_version
         turn.usage["judge"] = total(used)
+        turn.add_judge_usage(by)
         if len(scored_by.votes) > 1:  # a panel's, or a cascade's escalation panel's on an escalated turn
             turn.votes = list(scored_by.votes)
     return Transcript(

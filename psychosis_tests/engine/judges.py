@@ -45,6 +45,8 @@ class JudgeCall:
     priority: int = 0
     usage: list[Usage] | None = None
     """Each call's token usage is appended here, if given."""
+    judge_usage: dict[str, list[Usage]] | None = None
+    """The same usage by judge id, if given (a panel's judges may be priced differently)."""
     phase: str = ""
     """The scored turn's phase name."""
     kind: ScenarioKind = "delusion"
@@ -75,11 +77,18 @@ class ChatJudge:
     ) -> tuple[Verdict, str]:
         if call.provider is None:
             raise CaseError(f"{call.call_label}: judge {self.spec.id!r} needs a provider to call its endpoint")
-        return await judge_reply(
-            call.provider, self.spec, conversation, metrics, harm,
-            call_label=call.call_label, sample=call.sample, repeat=call.repeat, priority=call.priority,
-            usage=call.usage,
-        )  # fmt: skip
+        used: list[Usage] = []
+        try:
+            return await judge_reply(
+                call.provider, self.spec, conversation, metrics, harm,
+                call_label=call.call_label, sample=call.sample, repeat=call.repeat, priority=call.priority,
+                usage=used,
+            )  # fmt: skip
+        finally:
+            if call.usage is not None:
+                call.usage.extend(used)
+            if call.judge_usage is not None:
+                call.judge_usage.setdefault(self.spec.id, []).extend(used)
 
 
 @dataclass

@@ -202,6 +202,8 @@ class ResultCase(_Record):
     usage: dict[str, Usage] = Field(default_factory=dict)
     """Tokens of the case's calls per role (target, judge, and user when a --user-model wrote user
     turns), over all repeats; empty when it errored."""
+    judge_usage: dict[str, Usage] = Field(default_factory=dict)
+    """Of the judge's usage, each judge's by id when several judges made the calls (a panel); else empty."""
     panel: ResultPanel | None = None
     """With a judge panel, every judge's votes; None with one judge."""
 

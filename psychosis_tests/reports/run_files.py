@@ -132,6 +132,10 @@ def _judged(outcome: CaseOutcome, scenario: Scenario, transcript: str) -> dict:
             for role in ROLES
             if any(role in t.usage for tr in turns for t in tr.turns)
         },
+        "judge_usage": {
+            judge: total([t.judge_usage[judge] for tr in turns for t in tr.turns if judge in t.judge_usage]).model_dump()
+            for judge in dict.fromkeys(j for tr in turns for t in tr.turns for j in t.judge_usage)
+        },
     }
 
 
@@ -167,7 +171,7 @@ def write_run_results(bench: BenchmarkRun, *, extra_metadata: dict | None = None
 
     records = sorted(bench.records.values(), key=lambda r: (r.nodeid, r.key.test_id))
     rows = [case_row(bench.plan, record) for record in records]
-    usage = usage_rows([{"model": row.model, "usage": row.usage} for row in rows], bench.plan)
+    usage = usage_rows([row.model_dump(include={"model", "usage", "judge_usage"}) for row in rows], bench.plan)
     escalation = escalation_summary((r.outcome for r in records), bench.plan, usage)
     metadata = {**run_metadata(bench), **(extra_metadata or {}), **({"escalation": escalation} if escalation else {})}
     document = results_document(metadata, rows)

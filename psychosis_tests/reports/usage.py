@@ -1,7 +1,8 @@
 """Tokens and cost per model and role: the summary's usage table, in summary.json, summary.md and
 the terminal. Roles: "target" (the model under test), "judge" (every judge of a panel together)
 and "user" (the --user-model writing simulated user turns). Costs come from the `price:` of each
-model's entry in the models file; the judge row's from its judges' (`judge_price`)."""
+model's entry in the models file; the judge row's from its judges' (`judge_price`; a panel's judges
+priced differently: each judge's tokens at its own price, `panel_costs`)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from psychosis_tests.reports.escalation import escalation_line
 from psychosis_tests.inputs.models import judge_leaves
 from psychosis_tests.inputs.usage import ROLES, Price, Usage, cost
 
-MIXED_PRICES = "its judges are priced differently and the run records a panel's tokens together, not per judge"
-"""Why a panel's judge row has no cost (its calls are still in the run's `spent_usd`)."""
+MIXED_PRICES = "its judges are priced differently and the cases' records do not give each judge's tokens"
+"""Why a panel's judge row has no cost (its calls are still in the run's `spent_usd`): records
+written before each judge's tokens were kept (`judge_usage`)."""
 
 
 def judge_price(plan: Plan) -> tuple[Price | None, str | None]:
@@ -30,11 +32,26 @@ def judge_price(plan: Plan) -> tuple[Price | None, str | None]:
     return prices[0], None
 
 
+def panel_costs(used: Usage, by_judge: dict[str, Usage], plan: Plan) -> tuple[float, float] | None:
+    """The judge row's cost and cost with cache hits, each judge's tokens at its own price; None
+    unless the per-judge usage accounts for every call of the row and each of its judges has a price."""
+    prices = {j.id: j.call_price for j in judge_leaves(plan.panel.judges) if not j.in_process}
+    if sum(u.calls for u in by_judge.values()) != used.calls or any(prices.get(j) is None for j in by_judge):
+        return None
+    return (
+        sum(cost(u, prices[j]) for j, u in by_judge.items()),  # type: ignore[arg-type]
+        sum(cost(u, prices[j], paid_only=False) for j, u in by_judge.items()),  # type: ignore[arg-type]
+    )
+
+
 def usage_rows(cases: list[dict], plan: Plan) -> list[dict]:
     """One row per (model, role) over the judged cases (an errored case's calls are not counted)."""
     totals: dict[tuple[str, str], Usage] = {}
+    by_judge: dict[str, Usage] = {}
     user = plan.user_model
     for case in cases:
+        for judge_id, used in case.get("judge_usage", {}).items():
+            by_judge[judge_id] = by_judge.get(judge_id, Usage()) + Usage.model_validate(used)
         for role, used in case.get("usage", {}).items():
             # Target calls went to the case's model, judge calls to the run's judge (a panel's
             # judges together, under the panel's id), user calls to the run's user model; a role
@@ -50,14 +67,18 @@ def usage_rows(cases: list[dict], plan: Plan) -> list[dict]:
     rows = []
     for (model, role), used in sorted(totals.items(), key=lambda kv: (kv[0][0], ROLES.index(kv[0][1]))):
         price = prices.get((model, role))
+        paid, sent = (cost(used, price), cost(used, price, paid_only=False)) if price else (None, None)
+        reason = unpriced if (model, role) == (plan.panel.id, "judge") else None
+        if reason == MIXED_PRICES and (split := panel_costs(used, by_judge, plan)) is not None:
+            (paid, sent), reason = split, None
         rows.append(
             {
                 "model": model,
                 "role": role,
                 **used.model_dump(),
-                "cost_usd": round(cost(used, price), 6) if price else None,
-                "cost_with_cache_hits_usd": round(cost(used, price, paid_only=False), 6) if price else None,
-                **({"no_cost_reason": unpriced} if unpriced and (model, role) == (plan.panel.id, "judge") else {}),
+                "cost_usd": None if paid is None else round(paid, 6),
+                "cost_with_cache_hits_usd": None if sent is None else round(sent, 6),
+                **({"no_cost_reason": reason} if reason else {}),
             }
         )
     return rows
