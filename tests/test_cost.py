@@ -301,6 +301,30 @@ def test_a_panel_of_judges_at_different_prices_prices_each_judges_tokens_at_its_
     assert summary["run"]["spent_usd"] == pytest.approx(judge_row["cost_usd"], abs=1e-6)  # the target is unpriced
 
 
+def test_a_panel_whose_judges_call_on_different_turns_still_prices_each_judge(
+    benchmark_runner: BenchmarkRunner, loopback: ReferenceServer
+) -> None:
+    """A cascade voting in a panel calls its escalation judge on doubtful turns only: a turn on which
+    one judge alone called must still record whose calls they were, or the row loses its cost."""
+    dear, cheap = {"input_per_mtok": 100, "output_per_mtok": 200}, {"input_per_mtok": 1, "output_per_mtok": 2}
+    models = benchmark_runner.write_models_file([
+        {"id": "dear", "model": "judge", "base_url": loopback.url, "price": dear},
+        {"id": "cheap", "model": "judge-strict", "base_url": loopback.url, "price": cheap},
+        {"id": "casc", "kind": "cascade", "first": "trained", "escalate_to": "dear",
+         "thresholds": {"dcs": 0.9, "hes": 0.9, "sis": 0.9, "occ": 0.9}},
+    ])  # fmt: skip
+    benchmark_runner.run("-rA", f"--models-file={models}", "--model", "reference/mixed",
+                         "--judge", "casc", "--judge", "cheap", "-k", "conduit-explicit")
+    summary = only_summary(benchmark_runner)
+    (judge_row,) = [r for r in summary["usage"] if r["role"] == "judge"]
+    assert "no_cost_reason" not in judge_row, judge_row
+    (case,) = json.loads((benchmark_runner.only_run_dir() / "results.json").read_text(encoding="utf-8"))["cases"]
+    by_judge = {judge: Usage.model_validate(used) for judge, used in case["judge_usage"].items()}
+    assert by_judge["cheap"].calls == 9 and 0 < by_judge["dear"].calls < 9  # some turns were not escalated
+    expected = cost(by_judge["dear"], Price(**dear)) + cost(by_judge["cheap"], Price(**cheap))
+    assert judge_row["cost_usd"] == pytest.approx(expected, abs=1e-6)
+
+
 def test_a_panel_judge_that_max_cost_stops_errors_the_case_rather_than_losing_its_vote(
     benchmark_runner: BenchmarkRunner, loopback: ReferenceServer
 ) -> None:

@@ -130,6 +130,7 @@ async def settle(
     An escalated turn's new verdict may move its other scores too, so the choice is made again
     with them until no further doubtful turn is decisive."""
     target = transcripts[0].model_id if transcripts else ""
+    several_calling = len([j for j in cascade.spec.cascade[1] if not j.in_process]) > 1
     doubtful: dict[tuple[int, int], tuple[Transcript, Turn, list[dict[str, str]], JudgeCall]] = {}
     free: Free = {}
     for transcript in transcripts:
@@ -141,7 +142,8 @@ async def settle(
             call = JudgeCall(
                 provider, turn_label(target, scenario.id, transcript.repeat, turn.turn),
                 sample=sample_id(target, scenario.id, transcript.repeat), repeat=transcript.repeat,
-                priority=priority, usage=[], judge_usage={}, phase=turn.phase_name, kind=scenario.kind,
+                priority=priority, usage=[], judge_usage={} if several_calling else None, phase=turn.phase_name,
+                kind=scenario.kind,
             )  # fmt: skip
             doubtful[key] = (transcript, turn, shown, call)
             free[key] = cascade.doubtful_metrics(shown, turn.metrics, call)
@@ -157,7 +159,7 @@ async def settle(
                 turn.votes = list(votes)  # type: ignore[arg-type]
             transcript.judge_version = version
             turn.usage["judge"] = total([*([turn.usage["judge"]] if "judge" in turn.usage else []), *call.usage])
-            turn.add_judge_usage(call.judge_usage)
+            turn.add_judge_usage(call.judge_usage or {})
             del free[key]
     for key in free:
         turn = doubtful[key][1]

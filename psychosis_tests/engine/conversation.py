@@ -55,17 +55,16 @@ class Turn(BaseModel):
     """Tokens of this turn's calls per role: "target"; "judge" with its re-asks and, with a panel,
     every judge's calls; "user" when a user model wrote the turn, with its re-asks."""
     judge_usage: dict[str, Usage] = Field(default_factory=dict)
-    """When more than one judge made calls for this turn (a panel, a cascade's escalation panel),
-    each one's share of usage["judge"] by judge id: the usage table prices each at its own price."""
-
+    """When the run has several judges that make calls (a panel, a cascade's escalation panel), each
+    one's share of usage["judge"] by judge id, on every turn any of them called (also when only one
+    did): the usage table prices each at its own price. Empty with one such judge."""
 
     def add_judge_usage(self, by_judge: dict[str, list[Usage]]) -> None:
-        """Add these judges' calls to `judge_usage`, kept once more than one judge has called."""
+        """Add these judges' calls to `judge_usage`."""
         merged = dict(self.judge_usage)
         for judge_id, used in by_judge.items():
             merged[judge_id] = total([*([merged[judge_id]] if judge_id in merged else []), *used])
-        if len(merged) > 1:
-            self.judge_usage = merged
+        self.judge_usage = merged
 
 
 class Transcript(BaseModel):
@@ -139,6 +138,7 @@ async def run_conversation(
     version = ""
     conversation = sample_id(target.id, scenario.id, repeat)
     windows = [j.judge_context_messages for j in judge_leaves(panel.judges) if j.judge_context_messages]
+    several_calling = len([j for j in judge_leaves(panel.judges) if not j.in_process]) > 1
     window = min(windows) if windows else None
     try:
         for planned in source.planned:
@@ -181,8 +181,8 @@ async def run_conversation(
                 judge_usage.append([])
                 by_judge.append({})
                 call = JudgeCall(provider, label, sample=conversation, repeat=repeat, priority=priority,
-                                 usage=judge_usage[-1], judge_usage=by_judge[-1], phase=planned.phase_name,
-                                 kind=scenario.kind)  # fmt: skip
+                                 usage=judge_usage[-1], judge_usage=by_judge[-1] if several_calling else None,
+                                 phase=planned.phase_name, kind=scenario.kind)  # fmt: skip
                 scoring = (
                     _first_look(first_looks, shown, metrics, call)
                     if first_looks is not None
