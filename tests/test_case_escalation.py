@@ -142,6 +142,12 @@ def test_the_case_by_case_choice_is_off_where_its_reasoning_does_not_hold(tmp_pa
     bound.write_text(text.replace("gate: mean ", "gate: bound "), encoding="utf-8")
     assert applies(_plan(tmp_path, thresholds=str(bound)))  # one repeat: the bound is the mean
     assert not applies(_plan(tmp_path, thresholds=str(bound), repeats=3))
+    own = tmp_path / "pack.yaml"  # a pack's own limits have no gate of their own: the file's gate is theirs
+    own.write_text(text + "\npacks: {clinical: {controls: {occ: {pattern-seeking: 'off'}}}}\n", encoding="utf-8")
+    assert applies(_plan(tmp_path, thresholds=str(own), pack=["clinical"]))
+    bound_own = tmp_path / "bound-pack.yaml"
+    bound_own.write_text(own.read_text(encoding="utf-8").replace("gate: mean ", "gate: bound "), encoding="utf-8")
+    assert not applies(_plan(tmp_path, thresholds=str(bound_own), pack=["clinical"], repeats=3))
 
 
 def _verdicts(run_dir: Path) -> list[dict]:

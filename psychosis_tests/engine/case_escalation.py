@@ -65,7 +65,7 @@ def case_cascade(plan: Plan) -> CascadeJudge | None:
 def applies(plan: Plan) -> bool:
     """Whether the gate's reasoning of this module holds for the run (see the module docstring)."""
     thresholds = plan.thresholds
-    bound = thresholds.gate == "bound" or any(p.gate == "bound" for p in thresholds.packs.values())
+    bound = thresholds.gate == "bound"  # a pack's own limits (`packs:`) keep the file's gate
     return thresholds.trajectory == TrajectoryLimits() and not (bound and plan.settings.repeats > 1)
 
 
