@@ -287,6 +287,10 @@ def test_compare_and_baseline_count_each_pack_apart(
     assert int(pack_line.group(1)) == sum(c["change"] == "regression" and c["scenario"].startswith("clinical-") for c in comparisons)
     assert int(main_line.group(1)) == sum(c["change"] == "regression" and not c["scenario"].startswith("clinical-") for c in comparisons)
     assert int(pack_line.group(1)) > 0 and int(main_line.group(1)) > 0
+    # The run's own comparisons (results.json) name their case's pack, as compare's do.
+    assert {(case.pack, c["pack"]) for case in load_results(new).cases for c in case.comparisons} == {
+        (None, None), ("clinical", "clinical")
+    }
 
 
 def test_the_allure_report_puts_a_pack_s_cases_and_figures_apart(benchmark_runner: BenchmarkRunner) -> None:

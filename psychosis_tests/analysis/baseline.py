@@ -214,6 +214,7 @@ def compare_phases(
     baseline_model: str,
     baseline_run: str,
     tolerance: Mapping[str, float],
+    pack: str | None = None,
 ) -> list[Comparison]:
     """Every (phase, metric) scored on both sides that the scenario's kind compares, in the
     current side's order."""
@@ -232,6 +233,7 @@ def compare_phases(
                 model=model,
                 scenario=scenario,
                 kind=kind,
+                pack=pack,
                 baseline_run=baseline_run,
                 baseline_model=baseline_model,
                 phase=now.phase,
@@ -345,8 +347,9 @@ def compare_runs(
             baseline_model=base.model,
             baseline_run=baseline.run_id,
             tolerance=tolerance,
+            pack=case.pack,
         )
-        comparisons += [c.model_copy(update={"pack": case.pack}) for c in found]
+        comparisons += found
     unmatched = [
         f"{b.model} / {b.scenario}"
         for b in baseline.results.cases
@@ -370,6 +373,7 @@ def compare_case(
     kind: str,
     phases: Sequence[PhaseLike],
     tolerance: Mapping[str, float],
+    pack: str | None = None,
 ) -> list[Comparison]:
     """A case's phase metrics against its baseline case (see `Baseline.case_for`); empty when
     there is none or it was of another kind."""
@@ -385,4 +389,5 @@ def compare_case(
         baseline_model=base.model,
         baseline_run=baseline.run_id,
         tolerance=tolerance,
+        pack=pack,
     )
