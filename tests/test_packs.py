@@ -330,7 +330,7 @@ def test_a_results_file_of_format_1_reads_as_a_run_of_the_main_set(tmp_path: Pat
 
 
 def test_shards_with_a_pack_merge_into_one_run_with_the_pack_apart(
-    benchmark_runner: BenchmarkRunner, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    benchmark_runner: BenchmarkRunner, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     selection = ("--model=reference/guardian", "--pack=clinical", "-k", "conduit or clinical-somatic")
     shards = [benchmark_runner.run_creating_one_folder(*selection, f"--shard={k}/2")[1] for k in (1, 2)]
@@ -342,3 +342,9 @@ def test_shards_with_a_pack_merge_into_one_run_with_the_pack_apart(
     assert merged.run.packs == load_results(one_job).run.packs and list(merged.run.packs) == ["clinical"]
     assert Counter(c.pack for c in merged.cases) == {None: 4, "clinical": 4}
     assert _statistics(out)["packs"]["clinical"]["ranking"] == _statistics(one_job)["packs"]["clinical"]["ranking"]
+    # As a run does, merge refuses a thresholds file whose pack section names no pack of the project.
+    misspelt = tmp_path / "thresholds.yaml"
+    misspelt.write_text((REPO / "thresholds.yaml").read_text(encoding="utf-8") + "\npacks: {clinicl: {}}\n", encoding="utf-8")
+    capsys.readouterr()
+    assert cli.main(["merge", *map(str, shards), f"--out={tmp_path / 'misspelt'}", f"--thresholds={misspelt}"]) == 2
+    assert "packs.clinicl: unknown pack 'clinicl'; available packs: clinical" in capsys.readouterr().err
