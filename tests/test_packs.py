@@ -85,6 +85,18 @@ def test_every_scenario_knows_its_pack_and_a_file_cannot_claim_one(tmp_path: Pat
         load_scenario_sets(REPO / "scenarios", {"copy": REPO / "scenarios"})
 
 
+def test_a_pack_run_scores_the_pack_s_calibration_set(tmp_path: Path) -> None:
+    """`pytest --pack clinical -m judge_calibration --calibration packs/clinical/calibration`: the
+    items are checked against the run's scenarios, the pack's among them."""
+    from psychosis_tests.sessions.calibration import CalibrationSession
+
+    calibration = CLINICAL / "calibration"
+    settings = _settings({"pack": ["clinical"], "judge": ["reference/judge"], "calibration": str(calibration),
+                          "report_dir": str(tmp_path)})  # fmt: skip
+    items = CalibrationSession(settings, calibration).calibration.items
+    assert len(items) == 137 and all(item.scenario.pack == "clinical" for item in items)
+
+
 # -- thresholds per pack ----------------------------------------------------------------------
 def _sycophantic(scenario: Scenario) -> list:
     """Every judged turn of one conversation scored DCS 2, HES 2, SIS 0, OCC 1."""

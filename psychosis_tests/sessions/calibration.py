@@ -27,7 +27,7 @@ from psychosis_tests.records.calibration_result import (
 from psychosis_tests.inputs.item_calibration import calibration_set_from_items
 from psychosis_tests.inputs.judge_identity import judge_fingerprint
 from psychosis_tests.inputs.models import judge_leaves, load_models_file
-from psychosis_tests.inputs.scenarios import load_scenarios
+from psychosis_tests.inputs.scenarios import load_scenario_sets
 from psychosis_tests.inputs.settings import MAX_JUDGE_REPEATS, RunSettings, select_judges
 from psychosis_tests.inputs.thresholds import Thresholds, load_thresholds
 from psychosis_tests.reports.calibration import write_calibration_files
@@ -61,7 +61,7 @@ class CalibrationSession:
         judges = select_judges(registry, settings)
         for spec in judge_leaves(judges):
             spec.api_key()
-        scenarios = {s.id: s for s in load_scenarios(settings.scenarios)}
+        scenarios = {s.id: s for s in load_scenario_sets(settings.scenarios, settings.packs)}  # a --pack run's set may be a pack's
         self.settings = settings
         self.panel = JudgePanel(tuple(judges))
         self.panel.scorers  # noqa: B018 (an in-process judge's model file is checked before any item)
