@@ -362,10 +362,10 @@ def test_a_pack_section_must_name_a_pack_of_the_project(tmp_path: Path) -> None:
     path = tmp_path / "thresholds.yaml"
     path.write_text(yaml.safe_dump(raw), encoding="utf-8")
     # A pack of the project that this run does not add keeps its section.
-    loaded = load_thresholds(path, scenario_ids=set(), packs={"clinical"}, known_packs={"clinical", "forensic"})
+    loaded = load_thresholds(path, scenario_ids=set(), packs={"clinical": set()}, known_packs={"clinical", "forensic"})
     assert set(loaded.packs) == {"clinical", "forensic"}
     with pytest.raises(ThresholdsError) as caught:
-        load_thresholds(path, scenario_ids=set(), packs={"clinical"}, known_packs=["clinical"])
+        load_thresholds(path, scenario_ids=set(), packs={"clinical": set()}, known_packs=["clinical"])
     assert str(caught.value) == (
         f"{path}: packs.forensic: unknown pack 'forensic'; available packs: clinical (a pack is a folder of scenarios under packs/)"
     )

@@ -19,7 +19,7 @@ from psychosis_tests.common.errors import BaselineError, ConfigError, ScenarioEr
 from psychosis_tests.engine.conversation import Transcript, Turn
 from psychosis_tests.records.results_file import RESULTS_FORMAT, load_results
 from psychosis_tests.inputs.rubric import parse_verdict
-from psychosis_tests.inputs.scenarios import Scenario, load_scenario_file, load_scenario_sets, load_scenarios
+from psychosis_tests.inputs.scenarios import Scenario, load_scenario_file, load_scenario_sets, load_scenarios, pack_ids
 from psychosis_tests.inputs.settings import resolve
 from psychosis_tests.inputs.thresholds import load_thresholds
 from tests.benchmark_runner import BenchmarkRunner, outcomes
@@ -117,7 +117,8 @@ def _breached(thresholds, scenario: Scenario) -> set[str]:
 
 def test_a_pack_without_its_own_section_is_gated_on_the_main_limits(tmp_path: Path) -> None:
     scenarios = {s.id: s for s in load_scenario_sets(REPO / "scenarios", {"clinical": CLINICAL})}
-    thresholds = load_thresholds(REPO / "thresholds.yaml", scenario_ids=set(scenarios), has_controls=True, packs={"clinical"})
+    thresholds = load_thresholds(REPO / "thresholds.yaml", scenario_ids=set(scenarios), has_controls=True,
+                                 packs=pack_ids(scenarios.values()))
     assert "clinical" not in thresholds.packs
     for main, pack in (("conduit-implicit", "clinical-somatic-implicit"),
                        ("conduit-control-explicit", "clinical-somatic-control-explicit")):  # fmt: skip
@@ -138,7 +139,7 @@ def test_a_pack_s_own_section_is_laid_over_the_main_limits_for_its_scenarios_onl
     path = tmp_path / "thresholds.yaml"
     path.write_text(yaml.safe_dump(raw), encoding="utf-8")
     scenarios = {s.id: s for s in load_scenario_sets(REPO / "scenarios", {"clinical": CLINICAL})}
-    thresholds = load_thresholds(path, scenario_ids=set(scenarios), has_controls=True, packs={"clinical"})
+    thresholds = load_thresholds(path, scenario_ids=set(scenarios), has_controls=True, packs=pack_ids(scenarios.values()))
     main = load_thresholds(REPO / "thresholds.yaml", scenario_ids=set(scenarios), has_controls=True)
     gone = _breached(main, scenarios["clinical-somatic-implicit"]) - _breached(thresholds, scenarios["clinical-somatic-implicit"])
     assert gone == {"hes.behavioural-enactment"}
@@ -152,7 +153,13 @@ def test_a_pack_s_own_section_is_laid_over_the_main_limits_for_its_scenarios_onl
     raw["packs"]["clinical"]["scenarios"]["clinical-typo-explicit"] = {"dcs": {"pattern-seeking": "off"}}
     path.write_text(yaml.safe_dump(raw), encoding="utf-8")
     with pytest.raises(ThresholdsError, match="packs.clinical.scenarios.clinical-typo-explicit"):
-        load_thresholds(path, scenario_ids=set(scenarios), has_controls=True, packs={"clinical"})
+        load_thresholds(path, scenario_ids=set(scenarios), has_controls=True, packs=pack_ids(scenarios.values()))
+    # A scenario of the main set in the pack's section would never be gated by it: refused too.
+    del raw["packs"]["clinical"]["scenarios"]["clinical-typo-explicit"]
+    raw["packs"]["clinical"]["scenarios"]["conduit-implicit"] = {"dcs": {"pattern-seeking": "off"}}
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    with pytest.raises(ThresholdsError, match="packs.clinical.scenarios.conduit-implicit: no scenario 'conduit-implicit' in pack 'clinical'"):
+        load_thresholds(path, scenario_ids=set(scenarios), has_controls=True, packs=pack_ids(scenarios.values()))
 
 
 # -- runs -------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from psychosis_tests.inputs.models import ModelSpec, judge_leaves, load_models_f
 from psychosis_tests.records.past_runs import measured_escalation
 from psychosis_tests.records.baseline_run import Baseline, check_compatible
 from psychosis_tests.inputs.rubric import RUBRIC_VERSION
-from psychosis_tests.inputs.scenarios import Scenario, load_scenario_sets, pack_hashes, scenario_set_hash
+from psychosis_tests.inputs.scenarios import Scenario, load_scenario_sets, pack_hashes, pack_ids, scenario_set_hash
 from psychosis_tests.inputs.settings import RunSettings, select_judges
 from psychosis_tests.inputs.thresholds import Thresholds, file_hash, load_thresholds
 
@@ -107,7 +107,7 @@ class Plan:
             settings.thresholds,
             scenario_ids=set(scenarios),
             has_controls=any(s.kind == "control" for s in scenarios.values()),
-            packs=set(settings.packs),
+            packs=pack_ids(scenarios.values()),
             known_packs=settings.known_packs,
         )
         plan = cls(settings, targets, JudgePanel(tuple(judges)), scenarios, thresholds, user_model=user_model)

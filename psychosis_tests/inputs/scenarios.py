@@ -343,6 +343,15 @@ def load_scenario_sets(main: Path, packs: Mapping[str, Path]) -> list[Scenario]:
     return sorted(scenarios, key=lambda s: s.id)
 
 
+def pack_ids(scenarios: Iterable[Scenario]) -> dict[str, set[str]]:
+    """The scenario ids of each pack, by pack name (the main set's are apart)."""
+    by_pack: dict[str, set[str]] = {}
+    for s in scenarios:
+        if s.pack is not None:
+            by_pack.setdefault(s.pack, set()).add(s.id)
+    return by_pack
+
+
 def pack_hashes(scenarios: Iterable[Scenario]) -> dict[str, str]:
     """scenario_set_hash of each pack's scenarios, by pack name (the main set's is apart)."""
     by_pack: dict[str, list[Scenario]] = {}

@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import re
 from fractions import Fraction
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -371,12 +371,13 @@ def load_thresholds(
     *,
     scenario_ids: set[str],
     has_controls: bool = False,
-    packs: Collection[str] = (),
+    packs: Mapping[str, Collection[str]] | None = None,
     known_packs: Collection[str] | None = None,
 ) -> Thresholds:
     """Parse and validate; any problem names the file and the key. With `has_controls`, a file
-    without limits for controls is refused rather than letting every control pass. The sections
-    of `packs` (the run's packs) must name only scenarios of the run; other packs' are not checked.
+    without limits for controls is refused rather than letting every control pass. The section of
+    each of `packs` (the run's packs, each with its scenario ids) must name only that pack's
+    scenarios (another set's would never be gated by it); other packs' are not checked.
     With `known_packs` (the project's packs, `inputs.packs.available_packs`), a section for any
     other pack is refused: a misspelt name would leave its pack on the main limits unnoticed."""
     if not path.exists():
@@ -401,16 +402,14 @@ def load_thresholds(
             file=path,
             field="controls",
         )
-    named = [(f"scenarios.{i}", i) for i in thresholds.scenarios] + [
-        (f"packs.{name}.scenarios.{i}", i) for name in packs if name in thresholds.packs for i in thresholds.packs[name].scenarios
+    named = [(f"scenarios.{i}", i, "this run", scenario_ids) for i in thresholds.scenarios] + [
+        (f"packs.{name}.scenarios.{i}", i, f"pack {name!r}", ids)
+        for name, ids in (packs or {}).items() if name in thresholds.packs for i in thresholds.packs[name].scenarios
     ]
-    unknown = sorted((field, i) for field, i in named if i not in scenario_ids)
+    unknown = sorted(((field, i, where, known) for field, i, where, known in named if i not in known), key=lambda u: u[0])
     if unknown:
-        raise ThresholdsError(
-            f"no scenario {unknown[0][1]!r} in this run; known: {', '.join(sorted(scenario_ids))}",
-            file=path,
-            field=unknown[0][0],
-        )
+        field, i, where, known = unknown[0]
+        raise ThresholdsError(f"no scenario {i!r} in {where}; known: {', '.join(sorted(known))}", file=path, field=field)
     return thresholds
 
 

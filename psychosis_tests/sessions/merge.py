@@ -31,7 +31,7 @@ from psychosis_tests.records.calibration_result import CalibrationResult, calibr
 from psychosis_tests.inputs.models import load_models_file, select, spelled_cascade
 from psychosis_tests.records.results_file import ResultsFile, load_results, results_path
 from psychosis_tests.inputs.packs import available_packs, pack_folder
-from psychosis_tests.inputs.scenarios import load_scenario_sets, pack_hashes, scenario_set_hash
+from psychosis_tests.inputs.scenarios import load_scenario_sets, pack_hashes, pack_ids, scenario_set_hash
 from psychosis_tests.inputs.settings import RunSettings
 from psychosis_tests.inputs.thresholds import file_hash, load_thresholds
 from psychosis_tests.reports.run_files import CaseRecord, write_run_results
@@ -224,7 +224,7 @@ def build_plan(runs: list[ShardRun], inputs: MergeInputs) -> Plan:
     panel = JudgePanel(tuple(specs[len(targets) : len(targets) + len(judges)]))
     plan = Plan(
         settings, specs[: len(targets)], panel, scenarios,
-        load_thresholds(inputs.thresholds, scenario_ids=set(scenarios), packs=set(packs),
+        load_thresholds(inputs.thresholds, scenario_ids=set(scenarios), packs=pack_ids(scenarios.values()),
                         known_packs=available_packs(inputs.project)),
         user_model=specs[-1] if users else None,  # the user model's usage is priced in the merged table
     )
