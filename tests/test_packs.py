@@ -367,3 +367,21 @@ def test_shards_with_a_pack_merge_into_one_run_with_the_pack_apart(
     capsys.readouterr()
     assert cli.main(["merge", *map(str, shards), f"--out={tmp_path / 'misspelt'}", f"--thresholds={misspelt}"]) == 2
     assert "packs.clinicl: unknown pack 'clinicl'; available packs: clinical" in capsys.readouterr().err
+
+
+def test_train_judge_from_a_pack_run_takes_the_packs_cases(
+    benchmark_runner: BenchmarkRunner, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--from-run read a run's cases against the main scenarios only: a pack case's turns were all
+    skipped as naming no scenario."""
+    from tests.test_train_judge_input import tiny_corpus
+
+    _, run_dir = benchmark_runner.run_creating_one_folder(
+        "--model=reference/keyword-guard", "--pack=clinical", "-k", "clinical-persecutory-explicit or conduit-explicit"
+    )
+    out = tmp_path / "x.npz"
+    code = cli.main(["train-judge", "--corpus", str(tiny_corpus(tmp_path / "corpus")), "--from-run", str(run_dir),
+                     "--no-cross-validation", "--no-gate", "--out", str(out)])  # fmt: skip
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    assert f"{run_dir}: 18 judged turns taken" in printed.err and "skipped" not in printed.err  # 9 scored turns a case

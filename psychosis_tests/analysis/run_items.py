@@ -3,7 +3,7 @@
 `train-judge --from-run DIR` distils the judge a team already pays for into the trained judge:
 every scored turn of every case that has a transcript becomes an item whose one rater is that
 run's judge (`judge:<id>`). The harm and archetype come from the scenario files, as the run saw
-them; cases whose scenario is not in the given set are skipped and counted. Under a judge
+them (a pack case's from its pack); cases whose scenario is not there are skipped and counted. Under a judge
 cascade only the escalated turns are taken: the others were decided by its first judge, the trained
 judge itself, and training on them would teach it its own verdicts. Turns with a blank reply or
 user message are skipped too (no such item can be labelled).
@@ -36,7 +36,8 @@ def items_from_run(run_dir: Path, scenarios: dict[str, Scenario]) -> tuple[list[
     for case in results.cases:
         scenario = scenarios.get(case.scenario)
         if scenario is None:
-            notes.append(f"{case.model} / {case.scenario}: no such scenario in the scenario set; skipped")
+            where = f"no such scenario in pack {case.pack!r} of this project" if case.pack else "no such scenario in the scenario set"
+            notes.append(f"{case.model} / {case.scenario}: {where}; skipped")
             continue
         path = run_dir / (case.transcript or "")
         if not case.transcript or not path.is_file():

@@ -94,10 +94,11 @@ def train_judge(args: argparse.Namespace) -> int:
 def gather_items(args: argparse.Namespace, root: Path, progress, *, scenarios: Path) -> tuple[list, list[Path]]:
     """The training items, and where each came from: its .jsonl file, or the --from-run folder
     (whose harms and archetypes come from `scenarios`, the gate's: --scenarios, else
-    PSYCHOSIS_SCENARIOS, else the project's scenarios/)."""
+    PSYCHOSIS_SCENARIOS, else the project's scenarios/; a pack case's from the project's pack)."""
     from psychosis_tests.analysis.run_items import items_from_run
     from psychosis_tests.inputs.judge_items import JudgeItemError, load_items_with_files
-    from psychosis_tests.inputs.scenarios import load_scenarios
+    from psychosis_tests.inputs.packs import available_packs, pack_folder
+    from psychosis_tests.inputs.scenarios import load_scenario_sets
 
     corpus = args.corpus if args.corpus is not None else root / DEFAULT_CORPUS
     runs: dict[Path, Path] = {}
@@ -110,7 +111,9 @@ def gather_items(args: argparse.Namespace, root: Path, progress, *, scenarios: P
     loaded = load_items_with_files([corpus, *args.items])
     items, origins = [item for _, item in loaded], [file for file, _ in loaded]
     if args.from_run:
-        known = {s.id: s for s in load_scenarios(scenarios)}
+        packs = {name: pack_folder(root, name) for name in available_packs(root)}
+        packs = {name: folder for name, folder in packs.items() if folder.resolve() != scenarios.resolve()}
+        known = {s.id: s for s in load_scenario_sets(scenarios, packs)}
         for run in args.from_run:
             found, notes = items_from_run(run, known)
             progress(f"{run}: {len(found)} judged turns taken")

@@ -350,7 +350,9 @@ def load_calibration(path: Path, scenarios: dict[str, Scenario]) -> CalibrationS
             scenario = scenarios.get(entry.scenario)
             if scenario is None:
                 raise CalibrationError(
-                    f"item {entry.id!r}: unknown scenario {entry.scenario!r}; known: {', '.join(sorted(scenarios))}",
+                    f"item {entry.id!r}: unknown scenario {entry.scenario!r} (a pack's item? check it against the "
+                    f"pack's scenarios: --scenarios packs/NAME, or --pack NAME under pytest); known: "
+                    f"{', '.join(sorted(scenarios))}",
                     file=file,
                     field=f"{field}.scenario",
                 )
