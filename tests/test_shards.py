@@ -415,6 +415,22 @@ def test_merge_carries_calibration_and_cache_mode_whatever_the_order_of_the_runs
     assert mode == f"differs: off ({second.name}); replay ({first.name})"
 
 
+def test_shards_that_found_no_calibration_in_their_own_report_folders_merge_as_not_calibrated(
+    benchmark_runner: BenchmarkRunner, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Each shard's line names the folder it searched, so the merge called the statuses different."""
+    args = ("--model", "reference/guardian", "--judge", "reference/judge", "-k", "conduit and not control")
+    shards = []
+    for k in (1, 2):
+        benchmark_runner.report_dir = tmp_path / f"shard-{k}-reports"
+        shards.append(benchmark_runner.run_creating_one_folder(*args, f"--shard={k}/2")[1])
+    lines = {json.loads((d / "results.json").read_text(encoding="utf-8"))["run"]["judge_calibration"] for d in shards}
+    assert len(lines) == 2 and all(line.startswith("judge not calibrated: ") for line in lines)
+    assert merge(*shards, out=tmp_path / "merged") == 0, capsys.readouterr().err
+    run = json.loads((tmp_path / "merged" / "results.json").read_text(encoding="utf-8"))["run"]
+    assert run["judge_calibration"].startswith("judge not calibrated: ") and not run["judge_calibration_passed"]
+
+
 def test_merge_with_other_thresholds_passes_or_fails_the_judges_calibration_by_them(
     benchmark_runner: BenchmarkRunner, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

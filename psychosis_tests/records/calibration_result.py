@@ -321,6 +321,10 @@ def _contents(calibration_set: Path) -> str | None:
         return None
 
 
+NOT_CALIBRATED = "judge not calibrated: "
+"""How `calibration_line` begins for a judge without a calibration result."""
+
+
 def calibration_line(calibration: CalibrationResult | None, report_dir: Path | None = None) -> str:
     """What a benchmark run's header and summary say about its judge's calibration; without one,
     how to make one the run will find (in `report_dir`, the folder it searched)."""
@@ -328,7 +332,7 @@ def calibration_line(calibration: CalibrationResult | None, report_dir: Path | N
         where = f" {report_dir}" if report_dir is not None else ""
         to = f" --report-dir {report_dir}" if report_dir is not None else " --report-dir"
         return (
-            "judge not calibrated: no calibration result for this judge's fingerprint on the run's calibration set "
+            f"{NOT_CALIBRATED}no calibration result for this judge's fingerprint on the run's calibration set "
             f"(calibration/ or --calibration), with the set's files as they are now, in the report folder{where} (run "
             f"`python -m psychosis_tests calibrate` with the same --judge, --models-file and --calibration, and{to})"
         )

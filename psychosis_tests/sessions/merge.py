@@ -27,7 +27,7 @@ from psychosis_tests.analysis.outcome import CaseOutcome, evaluate_case
 from psychosis_tests.common.errors import MergeError
 from psychosis_tests.engine.panel import JudgePanel
 from psychosis_tests.engine.plan import CaseKey, Plan
-from psychosis_tests.records.calibration_result import CalibrationResult, calibration_line
+from psychosis_tests.records.calibration_result import NOT_CALIBRATED, CalibrationResult, calibration_line
 from psychosis_tests.inputs.models import load_models_file, select, spelled_cascade
 from psychosis_tests.records.results_file import ResultsFile, load_results, results_path
 from psychosis_tests.inputs.packs import available_packs, pack_folder
@@ -293,17 +293,23 @@ def _in_order(runs: list[ShardRun]) -> list[ShardRun]:
 
 def carried_calibration(runs: list[ShardRun]) -> dict:
     """The runs' calibration line, the same whatever order they were given in: theirs when they
-    all say the same; when they differ, a line naming each status and its runs, not passed."""
+    all say the same (runs that found no calibration say so alike, whichever report folder each
+    searched); when they differ, a line naming each status and its runs, not passed."""
     statuses: dict[tuple[str | None, bool | None], list[str]] = {}
+    said: dict[tuple[str | None, bool | None], set[str | None]] = {}  # each status as its runs wrote it
     for run in _in_order(runs):
         meta = run.results.run
-        statuses.setdefault((meta.judge_calibration, meta.judge_calibration_passed), []).append(run.name)
+        line = meta.judge_calibration
+        if line is not None and line.startswith(NOT_CALIBRATED):
+            line = calibration_line(None)  # each names the report folder it searched: not a difference
+        statuses.setdefault((line, meta.judge_calibration_passed), []).append(run.name)
+        said.setdefault((line, meta.judge_calibration_passed), set()).add(meta.judge_calibration)
     if len(statuses) == 1:
-        ((line, passed),) = statuses
-        return {"judge_calibration": line, "judge_calibration_passed": passed}
+        (((_, passed), lines),) = said.items()
+        return {"judge_calibration": _one(lines), "judge_calibration_passed": passed}
     each = "; ".join(
-        f"run{'s' if len(names) > 1 else ''} {', '.join(names)}: {line or 'no calibration line recorded'}"
-        for (line, _), names in sorted(statuses.items(), key=lambda item: (item[0][0] or "", item[1]))
+        f"run{'s' if len(names) > 1 else ''} {', '.join(names)}: {_one(said[status]) or 'no calibration line recorded'}"
+        for status, names in sorted(statuses.items(), key=lambda item: (item[0][0] or "", item[1]))
     )
     return {
         "judge_calibration": f"the merged runs' judge calibration statuses differ (counted as not passed): {each}",
@@ -325,6 +331,12 @@ def regated_calibration(runs: list[ShardRun], plan: Plan, thresholds: Path) -> d
                              f"{thresholds}; counted as not passed)",
         "judge_calibration_passed": False,
     }  # fmt: skip
+
+
+def _one(lines: set[str | None]) -> str | None:
+    """A status's line as its runs wrote it: theirs when they wrote the same, else the common form."""
+    (line, *others) = sorted(lines, key=lambda x: x or "")
+    return calibration_line(None) if others else line
 
 
 def carried_cache_mode(runs: list[ShardRun]) -> str:
