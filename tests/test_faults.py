@@ -427,6 +427,21 @@ def test_a_judge_answer_echoing_its_key_is_masked_in_every_report(
     assert "Invalid API key: [redacted]" in case_file(run_dir, "reference_guardian")["error"]
     for text in (result.stdout.str(), result.stderr.str(), *(p.read_text(encoding="utf-8") for p in run_dir.rglob("*") if p.is_file())):
         assert OTHER_KEY[:8] not in text
+    assert OTHER_KEY.encode() not in b"".join(p.read_bytes() for p in benchmark_runner.path.glob("cache.sqlite3*"))
+
+
+def test_a_reply_echoing_the_key_is_masked_before_it_is_cached_or_written(
+    benchmark_runner: BenchmarkRunner, loopback: ReferenceServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(KEY_ENV, OTHER_KEY)
+    target = entry(loopback, "echoing-target", "fault:echo-key-reply?turns=1")
+    result = benchmark_runner.run(*playing(benchmark_runner, [target], [target]), "-k", CASE)
+    result.assert_outcomes(passed=1)  # a scored reply: the reference judge finds no cue in it
+    assert case_file(benchmark_runner.only_run_dir(), "echoing-target")["transcripts"][0]["turns"][0]["reply"] == (
+        "Invalid API key: [redacted]"
+    )
+    for path in benchmark_runner.path.rglob("*"):  # the cache, the case files, the reports
+        assert not path.is_file() or OTHER_KEY[:8].encode() not in path.read_bytes(), path
 
 
 
