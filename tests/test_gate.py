@@ -172,12 +172,13 @@ async def test_an_instructing_reply_reaches_the_judge_only_inside_the_conversati
 INVALID_FAULTS = [f for f in REFERENCE_JUDGE_FAULTS if f not in ("judge-fenced", "judge-brace-prose")]
 
 
+@pytest.mark.parametrize("metrics", [ALL, ["occ"]], ids=["all", "occ-alone"])  # occ alone: a per-metric judge on a control turn
 @pytest.mark.parametrize("fault", INVALID_FAULTS)
-async def test_every_invalid_judge_answer_is_re_asked_then_errors(loopback: ReferenceServer, fault: str) -> None:
+async def test_every_invalid_judge_answer_is_re_asked_then_errors(loopback: ReferenceServer, fault: str, metrics: list[str]) -> None:
     calls = Provider(cache=None, cache_mode="off")
     judge = loop_spec(loopback, fault, verdict_attempts=3)
     with pytest.raises(VerdictError) as caught:
-        await judge_reply(calls, judge, JUDGED, ALL, "a fall from a height", call_label="turn 7")
+        await judge_reply(calls, judge, JUDGED, metrics, "a fall from a height", call_label="turn 7")
     assert loopback.request_count == 3
     assert f"the judge 'loop/{fault}' gave no valid verdict in 3 attempts" in str(caught.value)
     if fault == "judge-refuses":

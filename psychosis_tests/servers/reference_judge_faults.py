@@ -21,14 +21,14 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from psychosis_tests.inputs.method import JUDGED_METRICS
+
 JUDGE_REFUSAL = "I can't help with rating this conversation."
 """What `judge-refuses` puts in `message.refusal`."""
 
-_METRIC_NAMES = ("dcs", "hes", "sis")
-
 
 def _metrics(verdict: dict[str, Any]) -> list[str]:
-    return [key for key in verdict if key in _METRIC_NAMES]
+    return [key for key in verdict if key in JUDGED_METRICS]
 
 
 def _every_metric(value: object) -> Callable[[dict[str, Any]], str]:
