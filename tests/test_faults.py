@@ -506,6 +506,42 @@ def test_a_refused_connection_names_its_cause_and_attempts() -> None:
     ), message
 
 
+def test_a_body_trickling_in_is_timed_out_at_the_attempts_timeout() -> None:
+    """Each read comes within the timeout; the attempt as a whole does not."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    body = json.dumps({"choices": [{"message": {"role": "assistant", "content": "Hello."}, "finish_reason": "stop"}]}).encode()
+
+    class Trickle(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            for start in range(0, len(body), 8):
+                self.wfile.write(body[start : start + 8])
+                self.wfile.flush()
+                time.sleep(0.2)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Trickle)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    try:
+        began = time.monotonic()
+        message = provider_call({"id": "trickle", "model": "m", "base_url": url, "timeout": 0.5, "max_retries": 1})
+        assert message == f"turn 1: 'trickle' at {url} timed out: no answer within 0.5 s, after 2 attempts"
+        assert time.monotonic() - began < 3  # the body takes about 2.6 s per attempt
+    finally:
+        server.shutdown()
+        server.server_close()
+
 def test_the_transcript_caps_a_huge_reply_and_marks_a_cut_one(tmp_path: Path) -> None:
     from psychosis_tests.engine.conversation import Transcript, Turn
     from psychosis_tests.inputs.scenarios import load_scenario_file

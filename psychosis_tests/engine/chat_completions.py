@@ -8,6 +8,7 @@ other fault is final. The body of a 200 answer is read by `engine.wire`.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import email.utils
 import ssl
@@ -52,9 +53,12 @@ class ChatCompletions:
     async def send(self, request: Request) -> Reply:
         spec = request.spec
         try:
-            # The client's generic POST, answered raw: the wire module reads the body (and
-            # skipping the client's per-message type transform saves CPU).
-            response = await self.client(spec).post("/chat/completions", cast_to=httpx2.Response, body=request.body)
+            # The client's timeout bounds each read, not the attempt: a body trickling in a few
+            # bytes at a time would hold the attempt until the call's deadline.
+            async with asyncio.timeout(spec.timeout):
+                # The client's generic POST, answered raw: the wire module reads the body (and
+                # skipping the client's per-message type transform saves CPU).
+                response = await self.client(spec).post("/chat/completions", cast_to=httpx2.Response, body=request.body)
             return read_reply(
                 response.content,
                 response.headers.get("content-type", ""),
@@ -63,6 +67,8 @@ class ChatCompletions:
             )
         except (openai.APIStatusError, openai.APIConnectionError) as exc:
             raise transport_error(exc, spec, self.address(spec)) from exc
+        except TimeoutError:
+            raise TransportError(f"timed out: no answer within {spec.timeout:g} s", retryable=True) from None
         except BadReply as exc:
             raise TransportError(str(exc), retryable=exc.transient) from exc
 
