@@ -161,6 +161,7 @@ def pytest_configure(config: pytest.Config) -> None:
             session = BenchmarkSession.for_controller(settings)
             session.check_calibrated()
             if not config.option.collectonly and not config.getoption("psychosis_estimate"):
+                session.check_cache()
                 session.check_endpoints()
                 session.start_servers()
     except PsychosisBenchError as exc:

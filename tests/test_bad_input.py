@@ -135,6 +135,24 @@ def test_unknown_cache_mode(run: Run) -> None:
     assert "--cache-mode: invalid cache mode 'sometimes'; valid: use, refresh, off, replay" in line
 
 
+
+@pytest.mark.parametrize("damage", ["not-sqlite", "cut-short"])
+def test_a_cache_file_that_is_not_a_whole_sqlite_file_is_one_line(run: Run, damage: str) -> None:
+    import sqlite3
+
+    cache = run.runner.cache_path
+    if damage == "not-sqlite":
+        cache.write_bytes(b"not a database " * 100)
+    else:
+        with sqlite3.connect(cache) as db:
+            db.execute("CREATE TABLE filler (x TEXT)")
+            db.executemany("INSERT INTO filler VALUES (?)", [("x" * 1000,)] * 100)
+        db.close()
+        cache.write_bytes(cache.read_bytes()[:20_000])
+    line = run.usage_error()
+    assert f"{cache}: cannot be read as the response cache (" in line, line
+    assert "move it away or choose another --cache-path" in line
+
 @pytest.mark.parametrize("form", ["--scenarios=missing.json", "--scenarios=missing-folder"])
 def test_missing_scenarios(run: Run, form: str) -> None:
     line = run.usage_error(form)

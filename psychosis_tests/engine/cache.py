@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from psychosis_tests.common.errors import ConfigError
 from psychosis_tests.inputs.usage import Usage
 
 
@@ -84,6 +85,15 @@ class ResponseCache:
     def __init__(self, path: Path):
         self.path = path
         self._lock = threading.Lock()
+        try:
+            self._open(path)
+        except sqlite3.DatabaseError as exc:  # not SQLite, or cut short: a config error, not a traceback
+            raise ConfigError(
+                f"cannot be read as the response cache ({exc}); move it away or choose another --cache-path",
+                file=path,
+            ) from None
+
+    def _open(self, path: Path) -> None:
         self._db = open_database(path)
         self._db.execute("PRAGMA busy_timeout = 60000")
         self._db.execute("PRAGMA synchronous = NORMAL")

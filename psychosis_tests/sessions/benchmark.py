@@ -26,6 +26,7 @@ from psychosis_tests.common.errors import (
     UncalibratedJudgeError,
     VerdictError,
 )
+from psychosis_tests.engine.cache import ResponseCache
 from psychosis_tests.engine.plan import CaseKey, Plan
 from psychosis_tests.engine.preflight import check_endpoints
 from psychosis_tests.engine.progress import format_line
@@ -253,6 +254,11 @@ class BenchmarkSession:
             return f"scripted (scripted mode: --turns adds no turn, so {s.user_model} writes none)"
         per = str(added[0]) if len(added) == 1 else f"{added[0]} to {added[-1]}"
         return f"scripted, and {s.user_model} writes the {per} turns per conversation that --turns adds (scripted mode)"
+
+    def check_cache(self) -> None:
+        """The response cache opens (a ConfigError naming it when it is not SQLite or cut short)."""
+        if self.plan.settings.cache_mode != "off":
+            ResponseCache(self.plan.settings.cache_path).close()
 
     def check_calibrated(self) -> None:
         """--require-calibrated-judge: refuse a judge without a passing calibration result."""
