@@ -4,6 +4,7 @@ and each batch fault as the provider reports it."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -121,6 +122,19 @@ def test_a_line_that_keeps_failing_errors_its_call_naming_the_batch_and_the_reas
     assert isinstance(failed, ModelCallError)
     assert str(failed).startswith(f"call 1: 'batched' at {double.url} (Batch API) failed: in batch batch_")
     assert "the line failed: server_error: the line failed on the double (fail_lines), after 2 attempts" in str(failed)
+
+
+def test_an_output_line_that_is_not_json_errors_its_call_at_once_naming_the_batch(double: BatchServer, tmp_path: Path) -> None:
+    """The poll died on the line's JSON error, and its call waited for its deadline (a day, with
+    the deadline batched judges are advised to take) before erroring without saying why."""
+    double.state.garble_lines = {"hello"}
+    spec = batched(base_url=double.url, deadline=60)
+    started = time.monotonic()
+    ok, failed = run(provider_for(spec, double.url, tmp_path), spec, ["hi there", "hello"])
+    assert time.monotonic() - started < 10
+    assert ok.text and isinstance(failed, ModelCallError)
+    assert "in batch batch_" not in str(failed) and "batch batch_" in str(failed)
+    assert "ended completed without this line; 1 line(s) of its output and error files were not JSON objects" in str(failed)
 
 
 def test_an_expired_batch_is_retried_then_errors_its_call(tmp_path: Path) -> None:

@@ -265,8 +265,8 @@ class BatchTransport:
                         self._gone(spec, slot, "its id now names another submission's batch")
                         return
                     if batch.status in FINISHED:
-                        outputs = await self._lines(client, batch.output_file_id)
-                        errors = await self._lines(client, batch.error_file_id)
+                        outputs, unread = await self._lines(client, batch.output_file_id)
+                        errors, unread_errors = await self._lines(client, batch.error_file_id)
                         break
                 except (openai.APIStatusError, openai.APIConnectionError) as exc:
                     fault = transport_error(exc, spec, self.address(spec))
@@ -280,7 +280,11 @@ class BatchTransport:
                         _fail([w for ws in self._waiting[slot].values() for w in ws], unpolled)
                         return
                 wait = min(wait * 1.5, spec.batch_poll_max)
-            self._answer(slot, batch, outputs, errors)
+            self._answer(slot, batch, outputs, errors, unread + unread_errors)
+        except Exception as exc:  # an answer of a shape nobody foresaw: its calls must not wait for their deadline
+            self.counters.done += 1
+            broken = TransportError(f"batch {batch_id} could not be read ({type(exc).__name__}: {exc})", retryable=False)
+            _fail([w for ws in self._waiting.get(slot, {}).values() for w in ws], broken)
         finally:
             self._waiting.pop(slot, None)
 
@@ -305,14 +309,27 @@ class BatchTransport:
                     self._enqueue(entry)
 
     @staticmethod
-    async def _lines(client: openai.AsyncOpenAI, file_id: str | None) -> list[dict]:
+    async def _lines(client: openai.AsyncOpenAI, file_id: str | None) -> tuple[list[dict], int]:
+        """The file's lines that are JSON objects, and how many others it had (their requests then
+        have no line, and error naming the batch: `_answer`)."""
         if not file_id:
-            return []
+            return [], 0
         content = await client.files.content(file_id)
-        return [json.loads(line) for _, line in json_lines(content.text)]
+        lines, unread = [], 0
+        for _, text in json_lines(content.text):
+            try:
+                line = json.loads(text)
+            except ValueError:
+                line = None
+            if isinstance(line, dict):
+                lines.append(line)
+            else:
+                unread += 1
+        return lines, unread
 
-    def _answer(self, slot: tuple[str, str], batch: Any, outputs: list[dict], errors: list[dict]) -> None:
-        """Answer or fail every waiting request from the finished batch's lines."""
+    def _answer(self, slot: tuple[str, str], batch: Any, outputs: list[dict], errors: list[dict], unread: int = 0) -> None:
+        """Answer or fail every waiting request from the finished batch's lines (`unread`: lines of
+        its files that were not JSON objects)."""
         self.counters.done += 1
         batch_id = slot[0]
         waiting = self._waiting[slot]
@@ -331,6 +348,8 @@ class BatchTransport:
                 self.store.forget([key])
                 _fail(waiting.pop(key, []), _line_fault(batch_id, line))
         reason = _batch_reason(batch)
+        if unread:
+            reason += f"; {unread} line(s) of its output and error files were not JSON objects"
         for key, entries in waiting.items():
             self.store.forget([key])
             missing = f"batch {batch_id} ended {batch.status} without this line{reason}"

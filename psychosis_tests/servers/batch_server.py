@@ -12,7 +12,8 @@ Each line is answered the way the reference server answers one chat request
 completion; `expire_after`, the seconds after which an unfinished batch expires (every line then
 goes to the error file as batch_expired); `fail_lines`, custom id (or a line's last message text)
 -> how many more times that line fails with a server_error in the error file; `refuse_batches`, a
-message with which every new batch fails as a whole. A cancelled batch puts every line in the
+message with which every new batch fails as a whole; `garble_lines`, custom ids (or a line's last
+message text) whose output line is written cut short, not JSON. A cancelled batch puts every line in the
 error file as batch_cancelled. `batches_created`, `lines_received` and `custom_ids_received` count
 what was submitted, `pages_listed` the listing's pages served.
 
@@ -26,6 +27,7 @@ a provider without it; `keeps_metadata` False drops the metadata a batch is crea
 from __future__ import annotations
 
 import collections
+from collections.abc import Collection
 import email.parser
 import email.policy
 import itertools
@@ -76,6 +78,7 @@ class BatchState:
         self.fail_lines: dict[str, int] = {}
         self.refuse_batches: str | None = None
         """When set, every new batch fails as a whole with this message (its input refused)."""
+        self.garble_lines: set[str] = set()
         self.create_reply = "sent"
         """How a create is answered: "sent", "dropped" or "stalled" (see the module's docstring)."""
         self.released = threading.Event()
@@ -157,34 +160,40 @@ class BatchState:
         return self.batches[batch_id]
 
     def _finish(self, batch: _Batch, status: str, *, answered: bool) -> None:
-        outputs, errors = [], []
+        outputs, errors, garbled = [], [], set()
         for line in batch.lines:
             custom_id = line.get("custom_id")
             if not answered:
                 said = f"the batch was {status} before this line ran"
                 errors.append(_error_line(custom_id, f"batch_{status}", said))
-            elif self.fail_lines.get(failing := self._failing_name(line), 0) > 0:
+            elif self.fail_lines.get(failing := self._failing_name(line, self.fail_lines), 0) > 0:
                 self.fail_lines[failing] -= 1
                 errors.append(_error_line(custom_id, "server_error", "the line failed on the double (fail_lines)"))
             else:
                 line_id = f"resp-{next(self._ids)}"
+                if self._failing_name(line, self.garble_lines) in self.garble_lines:
+                    garbled.add(len(outputs))
                 outputs.append({"id": line_id, "custom_id": custom_id, **_answer(line), "error": None})
         batch.status = status
         batch.counts.update(completed=len(outputs), failed=len(errors))
         if outputs:
-            batch.output_file_id = self._store(outputs)
+            batch.output_file_id = self._store(outputs, garbled)
         if errors:
             batch.error_file_id = self._store(errors)
 
-    def _failing_name(self, line: dict[str, Any]) -> str:
-        """What `fail_lines` knows a line by: its custom id, or else its last message's text."""
+    @staticmethod
+    def _failing_name(line: dict[str, Any], names: Collection[str]) -> str:
+        """What `fail_lines` or `garble_lines` (`names`) knows a line by: its custom id, or else its
+        last message's text."""
         custom_id = str(line.get("custom_id"))
         messages = (line.get("body") or {}).get("messages") or [{}]
-        return custom_id if custom_id in self.fail_lines else str(messages[-1].get("content"))
+        return custom_id if custom_id in names else str(messages[-1].get("content"))
 
-    def _store(self, lines: list[dict[str, Any]]) -> str:
+    def _store(self, lines: list[dict[str, Any]], garbled: Collection[int] = ()) -> str:
+        """A file of these lines; those at the `garbled` positions are cut short (not JSON)."""
         file_id = f"file-{next(self._ids)}"
-        self.files[file_id] = "".join(json.dumps(line) + "\n" for line in lines).encode()
+        written = (json.dumps(line)[: 20 if i in garbled else None] + "\n" for i, line in enumerate(lines))
+        self.files[file_id] = "".join(written).encode()
         return file_id
 
 
