@@ -247,6 +247,16 @@ def test_estimate_counts_the_escalation_judges_calls_on_the_escalation_rate(tmp_
                for line in estimate_lines(cascade, [key]))  # fmt: skip
 
 
+def _doubtful_items(items, threshold: float) -> int:  # noqa: ANN001
+    """The calibration items on which the shipped trained judge is below `threshold` on a gated metric."""
+    trained = TrainedJudge(builtin_models()["trained"])
+    return sum(
+        any(s.probability < threshold for m, s in trained.scores(list(i.conversation), i.asked, _call(i)).items()
+            if m in gated_metrics(i.kind))
+        for i in items
+    )  # fmt: skip
+
+
 def test_calibrate_on_a_cascade_reports_its_kappas_and_escalation_rate_and_estimate_uses_it(tmp_path: Path, items) -> None:  # noqa: ANN001
     reports = tmp_path / "my reports"
     done = subprocess.run(
@@ -256,12 +266,7 @@ def test_calibrate_on_a_cascade_reports_its_kappas_and_escalation_rate_and_estim
         cwd=REPO, capture_output=True, text=True, env=subprocess_environment(), timeout=600,
     )  # fmt: skip
     assert done.returncode in (0, 1), done.stdout + done.stderr
-    trained = TrainedJudge(builtin_models()["trained"])
-    expected = sum(
-        any(s.probability < 0.9 for m, s in trained.scores(list(i.conversation), i.asked, _call(i)).items()
-            if m in gated_metrics(i.kind))
-        for i in items
-    )  # fmt: skip
+    expected = _doubtful_items(items, 0.9)
     assert f"cascade: escalated {expected} of {len(items)} items" in done.stdout, done.stdout
     (path,) = reports.glob("*-calibration/calibration.json")
     result = json.loads(path.read_text(encoding="utf-8"))
@@ -358,12 +363,7 @@ def test_calibrate_on_a_panel_holding_a_cascade_reports_the_cascades_escalations
         cwd=REPO, capture_output=True, text=True, env=subprocess_environment(), timeout=600,
     )  # fmt: skip
     assert done.returncode in (0, 1), done.stdout + done.stderr
-    trained = TrainedJudge(builtin_models()["trained"])
-    expected = sum(
-        any(s.probability < 0.9 for m, s in trained.scores(list(i.conversation), i.asked, _call(i)).items()
-            if m in gated_metrics(i.kind))
-        for i in items
-    )  # fmt: skip
+    expected = _doubtful_items(items, 0.9)
     assert 0 < expected < len(items)
     assert f"cascade: escalated {expected} of {len(items)} items" in done.stdout, done.stdout
     (path,) = (tmp_path / "reports").glob("*-calibration/calibration.json")
