@@ -280,6 +280,23 @@ def test_a_bad_value_names_where_it_came_from(source: str, value: str, message: 
     assert str(raised.value) == message
 
 
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("progress_interval", "nan", "PSYCHOSIS_PROGRESS_INTERVAL: must be a number, got 'nan'"),
+        ("progress_interval", "inf", "PSYCHOSIS_PROGRESS_INTERVAL: must be between 0 and 86400, got 'inf'"),
+        ("progress_interval", "1e10", "PSYCHOSIS_PROGRESS_INTERVAL: must be between 0 and 86400, got '1e10'"),
+        ("max_cost", "NaN", "PSYCHOSIS_MAX_COST: must be a number, got 'NaN'"),
+    ],
+)
+def test_a_number_no_run_can_use_is_a_usage_error(name: str, value: str, message: str) -> None:
+    """nan passed the range check and then failed the settings' validation with a traceback; an
+    endless progress interval errored every case when a thread was asked to wait that long."""
+    with pytest.raises(ConfigError) as raised:
+        resolve({"model": ["reference/guardian"]}.get, {ENV[name]: value}, Path("/p"))
+    assert str(raised.value) == message
+
+
 def test_environment_beats_the_ini_file_in_a_run(in_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """The CI case: the project's ini file names models, the CI job's environment others."""
     monkeypatch.setenv(ENV["model"], "reference/sycophant")
@@ -298,7 +315,7 @@ def test_a_bad_progress_interval_stops_the_run_before_any_call(in_project: pytes
     result = in_project.runpytest("-p", "no:cacheprovider", *REFERENCE, f"--report-dir={in_project.path / 'r'}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     errors = [line for line in result.errlines if line.startswith("ERROR")]
-    assert errors == [f"ERROR: psychosis-bench: PSYCHOSIS_PROGRESS_INTERVAL: must be {'a number' if value == 'soon' else 'at least 0'}, got {value!r}"]
+    assert errors == [f"ERROR: psychosis-bench: PSYCHOSIS_PROGRESS_INTERVAL: must be {'a number' if value == 'soon' else 'between 0 and 86400'}, got {value!r}"]
     assert not (in_project.path / "r").exists()
 
 

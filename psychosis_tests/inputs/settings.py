@@ -30,6 +30,7 @@ a default.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -56,6 +57,9 @@ CacheMode = Literal["use", "refresh", "off", "replay"]
 CACHE_MODES: tuple[str, ...] = ("use", "refresh", "off", "replay")
 REFERENCE_JUDGE = f"{REFERENCE_PREFIX}judge"
 DEFAULT_PROGRESS_INTERVAL = 10.0
+MAX_PROGRESS_INTERVAL = 86400.0
+"""At most a day between progress lines: the wait is a thread's timeout, which cannot be endless
+(`inf` errored every case); 0 turns them off."""
 
 ENV: dict[str, str] = {
     "model": "PSYCHOSIS_MODELS",
@@ -145,7 +149,7 @@ class RunSettings(BaseModel):
     always sets it (default: calibration/ in the project)."""
     judge_repeats: int = Field(default=1, ge=1, le=MAX_JUDGE_REPEATS)
     """Judge calls per calibration item (distinct seeds), for the judge's self-consistency."""
-    progress_interval: float = Field(default=DEFAULT_PROGRESS_INTERVAL, ge=0)
+    progress_interval: float = Field(default=DEFAULT_PROGRESS_INTERVAL, ge=0, le=MAX_PROGRESS_INTERVAL)
     """Seconds between progress lines; 0 turns them off."""
     user_model: str | None = None
     """Model id that writes user turns; None: the script writes them all."""
@@ -261,8 +265,10 @@ def resolve(
             value = kind(str(given.value).strip())
         except ValueError:
             raise ConfigError(f"must be {what}, got {given.value!r}", field=given.source) from None
+        if math.isnan(value):  # it would pass every comparison below
+            raise ConfigError(f"must be {what}, got {given.value!r}", field=given.source)
         if value < low or (high is not None and value > high):
-            limits = f"between {low} and {high}" if high is not None else f"at least {low}"
+            limits = f"between {low:g} and {high:g}" if high is not None else f"at least {low:g}"
             raise ConfigError(f"must be {limits}, got {given.value!r}", field=given.source)
         return value
 
@@ -351,7 +357,7 @@ def resolve(
         require_calibrated_judge=switch("require_calibrated_judge"),
         calibration=path("calibration", project / "calibration"),
         judge_repeats=int(number("judge_repeats", int, 1, 1, MAX_JUDGE_REPEATS)),
-        progress_interval=number("progress_interval", float, DEFAULT_PROGRESS_INTERVAL, 0, None),
+        progress_interval=number("progress_interval", float, DEFAULT_PROGRESS_INTERVAL, 0, MAX_PROGRESS_INTERVAL),
         user_model=user_model,
         user_mode=user_mode,  # type: ignore[arg-type]
         turns=turns,
