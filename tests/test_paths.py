@@ -297,6 +297,33 @@ def test_a_number_no_run_can_use_is_a_usage_error(name: str, value: str, message
     assert str(raised.value) == message
 
 
+@pytest.mark.parametrize(
+    ("name", "under", "message"),
+    [
+        ("report_dir", "", "--report-dir: {file} is a file; give a folder"),
+        ("report_dir", "runs", "--report-dir: {file} is a file, so {file}/runs cannot be made in it"),
+        ("cache_path", "c.sqlite3", "--cache-path: {file} is a file, so {file}/c.sqlite3 cannot be made in it"),
+    ],
+)
+def test_an_output_path_a_file_is_in_the_way_of_is_a_usage_error(name: str, under: str, message: str, tmp_path: Path) -> None:
+    """It stopped the run with an INTERNALERROR traceback when the first file was written."""
+    file = tmp_path / "a-file"
+    file.write_text("")
+    with pytest.raises(ConfigError) as raised:
+        resolve({"model": ["reference/guardian"], name: str(file / under) if under else str(file)}.get, {}, tmp_path)
+    assert str(raised.value) == message.format(file=file)
+
+
+def test_a_cache_path_that_is_a_folder_stops_the_run(in_project: pytest.Pytester) -> None:
+    os.chdir(REPO)
+    result = in_project.runpytest("-p", "no:cacheprovider", *REFERENCE, "-k", "conduit-implicit",
+                                  f"--report-dir={in_project.path / 'r'}", f"--cache-path={in_project.path}")  # fmt: skip
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert [line for line in result.errlines if line.startswith("ERROR")] == [
+        f"ERROR: psychosis-bench: --cache-path: {in_project.path} is a folder; give a file"
+    ]
+
+
 def test_environment_beats_the_ini_file_in_a_run(in_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """The CI case: the project's ini file names models, the CI job's environment others."""
     monkeypatch.setenv(ENV["model"], "reference/sycophant")

@@ -312,6 +312,9 @@ def resolve(
             field=given_mode.source if given_mode else "--cache-mode",
         )
     report_dir = path("report_dir", project / "reports")
+    check_output(report_dir, folder=True, field=_source(pick("report_dir"), "report_dir"))
+    cache_path = path("cache_path", report_dir / "cache.sqlite3")
+    check_output(cache_path, folder=False, field=_source(pick("cache_path"), "cache_path"))
     baseline = pick("baseline")
     given_user = pick("user_model")
     user_model = str(given_user.value).strip() or None if given_user else None
@@ -350,7 +353,7 @@ def resolve(
         thresholds=path("thresholds", project / "thresholds.yaml"),
         report_dir=report_dir,
         cache_mode=cache_mode,  # type: ignore[arg-type]
-        cache_path=path("cache_path", report_dir / "cache.sqlite3"),
+        cache_path=cache_path,
         repeats=int(number("repeats", int, 1, 1, 100)),
         baseline=path("baseline", project) if baseline else None,
         force_baseline=not _empty(cli("force_baseline")),
@@ -368,6 +371,24 @@ def resolve(
         judge_source=given_judge.source if given_judge else None,
         escalate_thresholds=escalate_thresholds,
     )
+
+
+def _source(given: Given | None, name: str) -> str:
+    """Where a setting was given, for an error message; its flag when it was not."""
+    return given.source if given is not None else flag(name)
+
+
+def check_output(path: Path, *, folder: bool, field: str) -> None:
+    """Stop with one line naming `field` when `path` (a folder if `folder`, else a file) cannot be
+    made because something of the other kind is in its way; found before any call, not as a
+    traceback when the run writes its first file."""
+    if path.exists():
+        if path.is_dir() != folder:
+            raise ConfigError(f"{path} is a {'file' if folder else 'folder'}; give a {'folder' if folder else 'file'}", field=field)
+        return
+    existing = next(p for p in path.parents if p.exists())
+    if not existing.is_dir():
+        raise ConfigError(f"{existing} is a file, so {path} cannot be made in it", field=field)
 
 
 def _thresholds(given: Given | None) -> dict[str, float]:
