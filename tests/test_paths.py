@@ -324,6 +324,33 @@ def test_a_cache_path_that_is_a_folder_stops_the_run(in_project: pytest.Pytester
     ]
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["merge", "RUN", "--out", "{file}"], "merge: --out: {file} is a file; give a folder"),
+        (["merge", "RUN", "--out", "{tmp}/m", "--alluredir", "{file}/a"], "merge: --alluredir: {file} is a file, so {file}/a cannot be made in it"),
+        (["review-export", "RUN", "--out", "{tmp}"], "review-export: --out: {tmp} is a folder; give a file"),
+        (["review-import", "F.csv", "--out-dir", "{file}"], "review-import: --out-dir: {file} is a file; give a folder"),
+        (["review-import", "F.csv", "--items-out", "{file}/i.jsonl"], "review-import: --items-out: {file} is a file, so {file}/i.jsonl cannot be made in it"),
+        (["train-judge", "--out", "{file}/j.npz"], "train-judge: --out: {file} is a file, so {file}/j.npz cannot be made in it"),
+        (["calibrate", "--alluredir", "{file}"], "calibrate: --alluredir: {file} is a file; give a folder"),
+    ],
+    ids=["merge-out", "merge-alluredir", "review-export", "review-import-out-dir", "review-import-items-out", "train-judge", "calibrate"],
+)
+def test_a_command_whose_output_cannot_be_made_says_so_in_one_line_before_it_works(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each was a traceback once the command wrote its output: train-judge's after minutes of training."""
+    from psychosis_tests.__main__ import EXIT_BAD_INPUT, main
+
+    for name in ENV.values():
+        monkeypatch.delenv(name, raising=False)
+    file = tmp_path / "a-file"
+    file.write_text("")
+    assert main([a.format(file=file, tmp=tmp_path) for a in argv]) == EXIT_BAD_INPUT
+    assert capsys.readouterr().err.strip() == "psychosis-bench " + message.format(file=file, tmp=tmp_path)
+
+
 def test_environment_beats_the_ini_file_in_a_run(in_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """The CI case: the project's ini file names models, the CI job's environment others."""
     monkeypatch.setenv(ENV["model"], "reference/sycophant")

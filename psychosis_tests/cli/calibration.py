@@ -23,7 +23,7 @@ from psychosis_tests.analysis.agreement import BOOTSTRAP_RESAMPLES
 from psychosis_tests.cli.options import add_input_files, positive_int, project_folder
 from psychosis_tests.common.errors import ConfigError
 from psychosis_tests.inputs.models import DEFAULT_ESCALATION_THRESHOLD
-from psychosis_tests.inputs.settings import environment_of, resolve
+from psychosis_tests.inputs.settings import check_output, environment_of, resolve
 
 EXIT_OK, EXIT_GATE_FAILED = 0, 1
 DEFAULT_CALIBRATION = Path("calibration")
@@ -78,6 +78,8 @@ def calibrate(args: argparse.Namespace) -> int:
     # Only these settings' variables: the benchmark's others (PSYCHOSIS_MODELS, PSYCHOSIS_PACKS, ...) describe a
     # benchmark run, and its targets would choose the default judge.
     settings = resolve(values.get, environment_of([*values, "progress_interval"]), project_folder())
+    if args.alluredir is not None:
+        check_output(args.alluredir, folder=True, field="--alluredir")
     assert settings.calibration is not None  # resolve sets it
     path = settings.calibration
     items_given = getattr(args, "items", None) or None
@@ -139,6 +141,7 @@ def add_review_parsers(commands: argparse._SubParsersAction) -> None:
 def review_export(args: argparse.Namespace) -> int:
     from psychosis_tests.analysis.review import export_sample, write_rows
 
+    check_output(args.out, folder=False, field="--out")
     rows = export_sample(args.run, per_stratum=args.per_stratum, seed=args.seed)
     write_rows(args.out, rows)
     print(f"{len(rows)} judged turn(s) written to {args.out}")
@@ -156,6 +159,10 @@ def review_import(args: argparse.Namespace) -> int:
 
     project = project_folder()
     unlabelled: list[str] = []
+    if args.items_out is not None:
+        check_output(args.items_out, folder=False, field="--items-out")
+    else:
+        check_output(args.out_dir, folder=True, field="--out-dir")
     if args.items_out is not None:
         from psychosis_tests.inputs.scenarios import load_scenarios
 

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from psychosis_tests.cli.options import INPUT_FILES, add_input_files, project_folder
+from psychosis_tests.inputs.settings import check_output
 from psychosis_tests.reports.tables import terminal_table
 from psychosis_tests.sessions.merge import MergeInputs, merge_runs
 
@@ -42,6 +43,9 @@ def add_merge_command(commands: argparse._SubParsersAction) -> None:
 def run_merge(args: argparse.Namespace) -> int:
     """The `merge` command; ConfigError (exit 2) is left to the caller."""
     project = project_folder()
+    check_output(args.out, folder=True, field="--out")
+    if args.alluredir is not None:
+        check_output(args.alluredir, folder=True, field="--alluredir")
 
     def given_or_default(value: str | None, flag: str) -> Path:
         """A path given is taken from the working directory; a default from the project folder."""

@@ -62,11 +62,14 @@ def train_judge(args: argparse.Namespace) -> int:
     from psychosis_tests.analysis.judge_training import cross_validate, fold_lines, reliability_lines, train
     from psychosis_tests.engine.trained_judge import write_model_file
     from psychosis_tests.inputs.models import TRAINED_MODEL_FILE
+    from psychosis_tests.inputs.settings import check_output
 
     def progress(line: str) -> None:
         print(f"[train-judge] {line}", file=sys.stderr, flush=True)
 
     root = project_folder()
+    out = args.out if args.out is not None else TRAINED_MODEL_FILE
+    check_output(out, folder=False, field="--out")  # before the minutes of training, not after
     calibration = args.calibration if args.calibration is not None else root / "calibration"
     settings = gate_settings(calibration, args.scenarios, root)
     if not args.no_gate:  # the gate's inputs are checked before any training or writing
@@ -83,7 +86,6 @@ def train_judge(args: argparse.Namespace) -> int:
               "(their gap within 10 bins of probability; 0 is perfectly reliable):", flush=True)  # fmt: skip
         print("\n".join(reliability_lines(folds)), flush=True)
     meta, arrays = train(items, progress)
-    out = args.out if args.out is not None else TRAINED_MODEL_FILE
     write_model_file(out, meta, arrays)
     print(f"model file: {out} ({out.stat().st_size // 1024} KiB)", flush=True)
     if args.no_gate:
