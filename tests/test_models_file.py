@@ -124,3 +124,24 @@ def test_html_and_other_punctuation_stay_allowed_in_a_model_id(tmp_path: Path) -
     path = tmp_path / "models.yaml"
     path.write_text("models:\n  - {id: 'evil/<b>x</b>$café=latte:tea', model: m, base_url: 'http://127.0.0.1:9/v1'}\n", encoding="utf-8")
     assert "evil/<b>x</b>$café=latte:tea" in load_models_file(path, required=True)
+
+
+def test_a_relative_model_file_or_gguf_is_taken_from_the_models_file_s_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It was taken from the working directory, so a run from a sub-folder, or with --models-file
+    outside the project, missed the file the entry names (and stopped with a usage error)."""
+    folder = tmp_path / "ci"
+    folder.mkdir()
+    path = folder / "models.yaml"
+    path.write_text(
+        "models:\n"
+        "  - {id: mine, model: mine, kind: trained, model_file: judges/mine.npz}\n"
+        "  - {id: gguf, model: gguf, serve_local: {gguf: ../weights/m.gguf}}\n"
+        "  - {id: absolute, model: absolute, kind: trained, model_file: /opt/j.npz}\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    registry = load_models_file(Path("ci/models.yaml"), required=True)
+    assert registry["mine"].model_file == folder / "judges" / "mine.npz"
+    assert registry["gguf"].serve_local.gguf == tmp_path / "weights" / "m.gguf"
+    assert registry["absolute"].model_file == Path("/opt/j.npz")

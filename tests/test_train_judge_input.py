@@ -226,3 +226,17 @@ def test_a_gate_on_a_packs_set_is_not_written_as_the_shipped_judges_result(
     assert code == 1, printed.err[-2000:]  # the tiny model fails the pack's gate
     assert shipped.is_file() and list((tmp_path / "reports").glob("*-calibration/calibration.json"))
     assert not result_file.exists() and "calibration result for the shipped judge" not in printed.out
+
+
+def test_the_gate_reads_a_model_file_given_as_a_relative_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The gate names the model file in a models file of its own, in a scratch folder, whose relative
+    paths are taken from that folder: `train-judge --out judge.npz` must still gate judge.npz."""
+    from psychosis_tests.cli.train_judge import run_gate
+    from psychosis_tests.inputs.models import TRAINED_MODEL_FILE
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PSYCHOSIS_REPORT_DIR", str(tmp_path / "reports"))
+    shutil.copy(TRAINED_MODEL_FILE, tmp_path / "judge.npz")
+    assert run_gate(Path("judge.npz"), REPO / "calibration", REPO) == 0, capsys.readouterr().err[-2000:]

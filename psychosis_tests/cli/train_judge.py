@@ -186,7 +186,7 @@ def run_gate(model_file: Path, calibration: Path, root: Path, *, scenarios: Path
 
     with tempfile.TemporaryDirectory() as scratch:
         models_file = Path(scratch) / "models.yaml"
-        entry = {"id": "trained", "model": "psychosis-bench-trained-judge", "kind": "trained", "model_file": str(model_file)}
+        entry = {"id": "trained", "model": "psychosis-bench-trained-judge", "kind": "trained", "model_file": str(model_file.resolve())}
         models_file.write_text(yaml.safe_dump({"models": [entry]}), encoding="utf-8")
         # Resolved once: the gate writes its result to the report folder the shipped result is then read from.
         settings = gate_settings(calibration, scenarios, root)

