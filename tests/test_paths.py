@@ -351,6 +351,15 @@ def test_a_command_whose_output_cannot_be_made_says_so_in_one_line_before_it_wor
     assert capsys.readouterr().err.strip() == "psychosis-bench " + message.format(file=file, tmp=tmp_path)
 
 
+def test_an_ini_file_may_list_models_and_packs_comma_separated_as_the_environment_does(in_project: pytest.Pytester) -> None:
+    """psychosis_models is a list of lines; a line `a,b` was taken for one unknown id `a,b`."""
+    os.chdir(REPO)
+    ini = ["-o", "psychosis_models=reference/guardian,reference/sycophant", "-o", "psychosis_packs=clinical,clinical"]
+    result = in_project.runpytest("--collect-only", "-p", "no:cacheprovider", "-k", "conduit-implicit", *ini)
+    assert result.ret == pytest.ExitCode.OK, result.outlines + result.errlines
+    result.stdout.fnmatch_lines(["*targets reference/guardian, reference/sycophant; judge reference/judge;*", "*pack clinical*"])
+
+
 def test_environment_beats_the_ini_file_in_a_run(in_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """The CI case: the project's ini file names models, the CI job's environment others."""
     monkeypatch.setenv(ENV["model"], "reference/sycophant")

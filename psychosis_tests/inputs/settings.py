@@ -283,11 +283,12 @@ def resolve(
         return SWITCH_WORDS[word]
 
     def ids(given: Given | None) -> list[str]:
-        """Model ids given repeatedly (command line) or comma-separated (environment, ini)."""
+        """Model ids given repeatedly (command line, an ini key's lines), comma-separated (environment,
+        ini) or both (an id holds no comma)."""
         if given is None:
             return []
         raw = given.value
-        items = raw.split(",") if isinstance(raw, str) else [str(t) for t in raw]  # type: ignore[union-attr]
+        items = [part for t in ([raw] if isinstance(raw, str) else raw) for part in str(t).split(",")]  # type: ignore[union-attr]
         return list(dict.fromkeys(t.strip() for t in items if t.strip()))
 
     targets = ids(pick("model")) or [LOCAL_ID]
@@ -338,8 +339,7 @@ def resolve(
         raise ConfigError(f"makes a cascade of one first judge, got {len(judges)} judges ({'+'.join(judges)}); give "
                           "one --judge (the escalation may be a panel: repeat --escalate-to)", field=given_escalate_to.source)  # fmt: skip
     given_packs = pick("pack")
-    names = dict.fromkeys(n.strip() for item in ids(given_packs) for n in item.split(",") if n.strip())  # --pack a,b
-    packs = {name: pack_folder(project, name, source=given_packs.source) for name in names}  # type: ignore[union-attr]
+    packs = {name: pack_folder(project, name, source=given_packs.source) for name in ids(given_packs)}  # type: ignore[union-attr]
     shard = cli("shard")
     max_cost = number("max_cost", float, -1.0, 0, None) if pick("max_cost") else None
     return RunSettings(
