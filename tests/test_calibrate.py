@@ -96,6 +96,15 @@ def test_bad_input_is_exit_status_two_naming_the_problem(tmp_path: Path) -> None
     assert unknown.returncode == 2 and "unknown model id 'reference/nobody'" in unknown.stderr
 
 
+def test_a_calibration_set_and_items_together_are_refused(tmp_path: Path, fixture_set: Path) -> None:
+    """--items replaces the calibration set: a --calibration given with it was measured on nothing, silently."""
+    items = REPO / "judge_holdout" / "schizobench" / "deepseek-chat-v3-0324-3.jsonl"
+    done = _calibrate(tmp_path, "--judge", "reference/judge", "--calibration", str(fixture_set), "--items", str(items), *FEW_RESAMPLES)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "argument --items: not allowed with argument --calibration" in done.stderr
+    assert not (tmp_path / "my reports").exists()
+
+
 def test_a_panel_calibrates_and_reports_its_judges_agreement(tmp_path: Path, fixture_set: Path) -> None:
     panel = ["--judge", "reference/judge", "--judge", "reference/judge-strict", "--judge", "reference/judge-lenient"]
     done = _calibrate(tmp_path, *panel, "--calibration", str(fixture_set), *FEW_RESAMPLES)

@@ -52,9 +52,10 @@ def add_calibrate_parser(commands: argparse._SubParsersAction) -> None:
     calibrate.add_argument("--report-dir", metavar="DIR", help="where the calibration run folder goes; default: reports/")
     calibrate.add_argument("--cache-mode", metavar="MODE", help="use | refresh | off | replay; default: use")
     calibrate.add_argument("--cache-path", metavar="PATH", help="response cache file; default: <report-dir>/cache.sqlite3")
-    calibrate.add_argument("--calibration", metavar="PATH", type=Path, default=None,
+    measured = calibrate.add_mutually_exclusive_group()  # --items replaces the calibration set
+    measured.add_argument("--calibration", metavar="PATH", type=Path, default=None,
                            help=f"calibration set: a folder of *.yaml files or one file; default: {DEFAULT_CALIBRATION}/")
-    calibrate.add_argument("--items", metavar="PATH", type=Path, action="append", default=None,
+    measured.add_argument("--items", metavar="PATH", type=Path, action="append", default=None,
                            help="measure the judge on labelled judge items (a .jsonl file or a folder of them, the "
                            "judge_corpus/ format) instead of the calibration set (a benchmark run never takes this "
                            "for its judge's calibration); repeatable")
