@@ -144,6 +144,18 @@ def test_defaults_resolve_in_the_project_from_a_sub_folder(in_project: pytest.Py
     )
 
 
+def test_defaults_resolve_in_the_project_with_an_ini_file_in_a_sub_folder(in_project: pytest.Pytester, tmp_path: Path) -> None:
+    """`-c ci/pytest.ini` makes pytest's rootdir ci/: the defaults were looked for there."""
+    ini = SUB / "psychosis-test-ci.ini"
+    ini.write_text("[pytest]\nasyncio_default_fixture_loop_scope = function\n", encoding="utf-8")
+    try:
+        result = _collect(in_project, REPO, "-c", str(ini.relative_to(REPO)), str(BENCHMARK.relative_to(REPO)))
+    finally:
+        ini.unlink()
+    assert result.ret == pytest.ExitCode.OK, result.outlines + result.errlines
+    result.stdout.fnmatch_lines([f"scenarios {REPO / 'scenarios'} (32); thresholds {REPO / 'thresholds.yaml'}; *"])
+
+
 def test_the_collect_only_line_with_a_space_and_a_path_outside(outside: Path) -> None:
     """The line the project's hooks run: a space, a path outside, from the project's top."""
     result = _run(REPO, "--collect-only", "-q", *REFERENCE, "--thresholds", str(outside / "thresholds.yaml"))

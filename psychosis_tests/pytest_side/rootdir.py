@@ -77,8 +77,13 @@ def _drop_ini_file(config: pytest.Config, args: list[str]) -> None:
             sys.path.remove(str(path))
 
 
+PROJECT_FILE = "pyproject.toml"
+
+
 def project_dir(config: pytest.Config) -> Path:
-    """The project a run belongs to, where default input and output paths are taken from: pytest's
-    rootdir once `correct_setup` has put it right, which is the folder of the project's ini file
-    (pyproject.toml, pytest.ini, ...) unless the user chose another with --rootdir."""
-    return config.rootpath
+    """The project a run belongs to, where default input and output paths are taken from: the
+    nearest folder holding pyproject.toml from pytest's rootdir (once `correct_setup` has put it
+    right) upwards, else the rootdir. `-c ci/pytest.ini` makes the rootdir `ci/`, whose scenarios/
+    and thresholds.yaml are not the project's."""
+    root = config.rootpath
+    return next((folder for folder in (root, *root.parents) if (folder / PROJECT_FILE).is_file()), root)
