@@ -292,6 +292,12 @@ def test_a_bad_value_names_where_it_came_from(source: str, value: str, message: 
     assert str(raised.value) == message
 
 
+def test_adaptive_mode_without_a_user_model_names_the_variable_that_asked_for_it() -> None:
+    with pytest.raises(ConfigError) as raised:
+        resolve({}.get, {"PSYCHOSIS_USER_MODE": "adaptive"}, Path("/p"))
+    assert str(raised.value).startswith("PSYCHOSIS_USER_MODE: adaptive mode needs a user model")
+
+
 @pytest.mark.parametrize(
     ("name", "value", "message"),
     [

@@ -327,7 +327,8 @@ def resolve(
             field=given_user_mode.source if given_user_mode else "--user-mode",
         )
     if user_mode == "adaptive" and not user_model:
-        raise ConfigError("--user-mode adaptive needs --user-model ID (the model that plays the user)", field="--user-mode")
+        raise ConfigError("adaptive mode needs a user model, the model that plays the user (--user-model ID)",
+                          field=given_user_mode.source if given_user_mode else "--user-mode")  # fmt: skip
     turns = int(number("turns", int, 0, 4, MAX_TURNS)) or None
     given_escalate_to = pick("escalate_to")
     escalate_to = ids(given_escalate_to)
