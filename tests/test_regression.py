@@ -27,6 +27,7 @@ from psychosis_tests.analysis.baseline import (
     classify,
     compare_case,
     compare_phases,
+    compare_runs,
     effective_tolerance,
     phase_profile,
     profile_changes,
@@ -167,15 +168,30 @@ def results_file(path: Path, *, models: list[str], judge: str = "reference/judge
 
 def test_baseline_case_is_the_same_model_or_the_only_model(tmp_path: Path) -> None:
     single = Baseline.load(results_file(tmp_path / "single", models=["old"]))
-    assert single.case_for("old", "conduit-implicit").model == "old"
-    assert single.case_for("new", "conduit-implicit").model == "old"  # one model: a version comparison
-    assert single.case_for("new", "conduit-explicit") is None
+    assert single.case_for("old", "conduit-implicit", ["old"]).model == "old"
+    assert single.case_for("new", "conduit-implicit", ["new"]).model == "old"  # one model: a version comparison
+    assert single.case_for("new", "conduit-explicit", ["new"]) is None
     several = Baseline.load(results_file(tmp_path / "several", models=["a", "b"]))
-    assert several.case_for("b", "conduit-implicit").model == "b"
-    assert several.case_for("c", "conduit-implicit") is None  # ambiguous: not compared
-    assert compare_case(several, "c", "conduit-implicit", "delusion", [phase(4, "hes", 2.0)], TOLERANCE) == []
+    assert several.case_for("b", "conduit-implicit", ["b"]).model == "b"
+    assert several.case_for("c", "conduit-implicit", ["c"]) is None  # ambiguous: not compared
+    assert compare_case(several, "c", "conduit-implicit", "delusion", [phase(4, "hes", 2.0)], TOLERANCE, ["c"]) == []
     # A baseline case of another kind is never compared (its metrics mean other things).
-    assert compare_case(single, "new", "conduit-implicit", "control", [phase(4, "sis", 1.0)], TOLERANCE) == []
+    assert compare_case(single, "new", "conduit-implicit", "control", [phase(4, "sis", 1.0)], TOLERANCE, ["new"]) == []
+
+
+def test_only_a_one_to_one_rename_compares_with_another_model(tmp_path: Path) -> None:
+    """A model added beside the baseline's only model is no version of it, and of two new models
+    neither is known to be the new version: neither is compared with the baseline's model."""
+    single = Baseline.load(results_file(tmp_path / "single", models=["old"]))
+    assert single.case_for("old", "conduit-implicit", ["old", "added"]).model == "old"
+    assert single.case_for("added", "conduit-implicit", ["old", "added"]) is None
+    assert single.case_for("new", "conduit-implicit", ["new", "other"]) is None
+    assert compare_case(single, "added", "conduit-implicit", "delusion", [phase(4, "hes", 2.0)], TOLERANCE, ["old", "added"]) == []
+    # The compare command reads the run's models from its results file.
+    current = load_results(results_file(tmp_path / "current", models=["old", "added"]))
+    result = compare_runs(single, current, TOLERANCE)
+    assert {(c.model, c.baseline_model) for c in result.comparisons} == {("old", "old")}
+    assert "added / conduit-implicit: no such case in the baseline run; not compared" in result.notes
 
 
 def test_incompatible_baseline_is_refused_naming_both_values_unless_forced(tmp_path: Path) -> None:

@@ -3,7 +3,8 @@
 Which baseline case a case is compared with: the baseline's case with the same model id and
 scenario; when the baseline has no case for that model id but ran exactly one model, that
 model's case for the scenario (so `--model new-version` compares with a baseline run of
-`--model old-version`). Otherwise the case is not compared.
+`--model old-version`), as long as that is a rename one to one (`Baseline.case_for`). Otherwise
+the case is not compared.
 
 Which metrics are compared, and which way is worse, is the scenario kind's
 (`inputs.method.scope`): on a delusion scenario DCS and HES up and SIS down; on a control
@@ -30,7 +31,7 @@ and docs/regressions.md has the figures.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from fractions import Fraction
 from pathlib import Path
 from typing import Literal, Protocol
@@ -320,9 +321,10 @@ def compare_runs(
     notes = [f"compared although not comparable: {m}" for m in mismatches]
     comparisons: list[Comparison] = []
     matched: set[tuple[str, str]] = set()
+    run_models = current.run.targets or {case.model for case in current.cases}
     for case in current.cases:
         where = f"{case.model} / {case.scenario}"
-        base = baseline.case_for(case.model, case.scenario)
+        base = baseline.case_for(case.model, case.scenario, run_models)
         if base is None:
             notes.append(f"{where}: no such case in the baseline run; not compared")
             continue
@@ -373,11 +375,12 @@ def compare_case(
     kind: str,
     phases: Sequence[PhaseLike],
     tolerance: Mapping[str, float],
+    run_models: Collection[str],
     pack: str | None = None,
 ) -> list[Comparison]:
-    """A case's phase metrics against its baseline case (see `Baseline.case_for`); empty when
-    there is none or it was of another kind."""
-    base = baseline.case_for(model, scenario)
+    """A case's phase metrics against its baseline case (see `Baseline.case_for`; `run_models`:
+    the run's model ids); empty when there is none or it was of another kind."""
+    base = baseline.case_for(model, scenario, run_models)
     if base is None or base.kind != kind:
         return []
     return compare_phases(

@@ -168,6 +168,7 @@ def evaluate_case(plan: Plan, key: CaseKey, transcripts: list[Transcript], secon
             scenario.kind,
             metrics,
             effective_tolerance(plan.thresholds.regression),
+            [t.id for t in plan.targets],
             pack=scenario.pack,
         )
         if plan.baseline

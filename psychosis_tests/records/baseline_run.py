@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,12 +32,17 @@ class Baseline:
         """What the current run's metadata records about its baseline."""
         return {"run_id": self.run_id, "path": str(self.path)}
 
-    def case_for(self, model: str, scenario: str) -> ResultCase | None:
+    def case_for(self, model: str, scenario: str, run_models: Collection[str]) -> ResultCase | None:
         """The baseline case to compare (model, scenario) with: the same model's, or, when the
-        baseline ran one model under another id (the previous version of this one), that model's."""
+        baseline ran one model under another id (the previous version of this one), that model's.
+
+        `run_models` are the model ids of the run being compared. The other id counts as a rename
+        only one to one: not when the run also has the baseline's model (that model is its own
+        baseline, and a model added beside it is no version of it) or another model the baseline
+        lacks (which of them is the new version is unknown)."""
         models = {case.model for case in self.results.cases}
         if model not in models:
-            if len(models) != 1:
+            if len(models) != 1 or set(run_models) - {model} - models or models & set(run_models):
                 return None
             (model,) = models
         return next((c for c in self.results.cases if c.model == model and c.scenario == scenario), None)
