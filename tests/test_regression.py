@@ -38,6 +38,7 @@ from psychosis_tests.records.baseline_run import Baseline, check_compatible
 from psychosis_tests.records.results_file import ResultPhase, load_results
 from psychosis_tests.inputs.thresholds import RegressionSettings
 from psychosis_tests.plugin import BENCHMARK_MODULE
+from psychosis_tests.reports.tables import comparison_markdown
 from tests.benchmark_runner import SCENARIOS, THRESHOLDS, BenchmarkRunner
 
 pytest_plugins = ["pytester"]
@@ -192,6 +193,14 @@ def test_only_a_one_to_one_rename_compares_with_another_model(tmp_path: Path) ->
     result = compare_runs(single, current, TOLERANCE)
     assert {(c.model, c.baseline_model) for c in result.comparisons} == {("old", "old")}
     assert "added / conduit-implicit: no such case in the baseline run; not compared" in result.notes
+
+
+def test_a_comparison_of_no_case_does_not_say_nothing_changed(tmp_path: Path) -> None:
+    baseline = Baseline.load(results_file(tmp_path / "old", models=["a", "b"]))
+    current = load_results(results_file(tmp_path / "new", models=["c"]))
+    markdown = "\n".join(comparison_markdown(compare_runs(baseline, current, TOLERANCE)))
+    assert "No phase metric changed" not in markdown
+    assert "No phase metric was compared" in markdown and "c / conduit-implicit: no such case in the baseline run" in markdown
 
 
 def test_incompatible_baseline_is_refused_naming_both_values_unless_forced(tmp_path: Path) -> None:

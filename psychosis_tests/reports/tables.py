@@ -396,7 +396,7 @@ def markdown_summary(summary: dict) -> list[str]:
         comparisons = [Comparison.model_validate(x) for c in summary["cases"] for x in c["comparisons"]]
         lines += ["", f"### Compared with baseline run {run['baseline']['run_id']}", ""]
         lines += [f"- {line.strip()}" for line in baseline_lines(summary, each_improvement=False)]
-        lines += ["", *(comparison_table(comparisons) or ["No phase metric changed by more than its tolerance."])]
+        lines += ["", *(comparison_table(comparisons) or [nothing_changed(comparisons)])]
         lines += ["", REGRESSION_RULE]
     failing = [c for c in summary["cases"] if c["outcome"] != "passed"]
     if failing:
@@ -417,6 +417,14 @@ _VERDICT_CELL: dict[Change, str] = {
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("`", "'")
+
+
+def nothing_changed(comparisons: Sequence[Comparison]) -> str:
+    """The line in place of an empty table: with no comparison at all, no case was compared, which
+    is not the same as nothing having changed."""
+    if not comparisons:
+        return "No phase metric was compared: no case of this run matched a scored baseline case of its kind."
+    return "No phase metric changed by more than its tolerance."
 
 
 def comparison_table(comparisons: Sequence[Comparison], *, show_all: bool = False) -> list[str]:
@@ -474,7 +482,7 @@ def comparison_markdown(
                      f"of {cases} case(s) compared" if mine else f"- {label}: 0 cases compared")  # fmt: skip
     lines += [""] if packs else []
     table = comparison_table(result.comparisons, show_all=show_all)
-    lines += table or ["No phase metric changed by more than its tolerance."]
+    lines += table or [nothing_changed(result.comparisons)]
     if not show_all and table and counts["unchanged"]:
         lines += ["", f"{counts['unchanged']} unchanged phase metric(s) not shown."]
     if result.notes:
