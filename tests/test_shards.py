@@ -136,6 +136,20 @@ def test_merge_recomputes_the_baseline_comparison(benchmark_runner: BenchmarkRun
     assert any(c["regressions"] for c in comparable(out)[1])  # the comparison really ran
 
 
+def test_merge_without_the_shards_baseline_says_their_regressions_no_longer_gate(
+    benchmark_runner: BenchmarkRunner, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    _, baseline = benchmark_runner.run_creating_one_folder("--model", "reference/guardian", "--judge", "reference/judge", "-k", "conduit-implicit")
+    args = ("--model", "reference/keyword-guard", "--judge", "reference/judge", "-k", "conduit-implicit", f"--baseline={baseline}")
+    shard_dirs = [benchmark_runner.run_creating_one_folder(*args, f"--shard={k}/2")[1] for k in (1, 2)]
+    assert any(c["regressions"] for d in shard_dirs for c in comparable(d)[1])
+    merge(*shard_dirs, out=tmp_path / "merged")
+    note = f"note: the runs were compared with baseline run(s) {baseline.name}; the merged cases are compared with no baseline"
+    assert note in capsys.readouterr().out
+    merge(*shard_dirs, out=tmp_path / "again", extra=(f"--baseline={baseline}",))
+    assert "note: the runs were compared" not in capsys.readouterr().out
+
+
 def test_missing_duplicated_and_foreign_shards_are_refused(benchmark_runner: BenchmarkRunner, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     args = ("--model", "reference/guardian", "--judge", "reference/judge", "-k", "conduit and not control")
     first, second = (benchmark_runner.run_creating_one_folder(*args, f"--shard={k}/2")[1] for k in (1, 2))

@@ -350,7 +350,8 @@ def carried_cache_mode(runs: list[ShardRun]) -> str:
 
 
 def merge_runs(paths: list[Path], out: Path, inputs: MergeInputs) -> tuple[dict, list[str]]:
-    """Merge the runs into the run folder `out`; returns its summary and the thresholds note, if any."""
+    """Merge the runs into the run folder `out`; returns its summary and the thresholds and baseline
+    notes, if any."""
     runs = load_runs(paths)
     check_runs(runs)
     plan = build_plan(runs, inputs)
@@ -370,4 +371,15 @@ def merge_runs(paths: list[Path], out: Path, inputs: MergeInputs) -> tuple[dict,
         "transport_warnings": warnings,
     }
     summary = write_run_results(merged, extra_metadata=extra)
-    return summary, notes
+    return summary, notes + baseline_note(runs, plan)
+
+
+def baseline_note(runs: list[ShardRun], plan: Plan) -> list[str]:
+    """The note, if any, that runs were compared with a baseline run the merge does not compare
+    with: their regressions no longer fail the merged cases."""
+    ours = plan.baseline.run_id if plan.baseline else None
+    theirs = sorted({r.results.run.baseline["run_id"] for r in runs if r.results.run.baseline} - {ours})
+    if not theirs:
+        return []
+    now = f"with baseline run {ours}" if ours else "with no baseline (pass --baseline to gate on regressions)"
+    return [f"note: the runs were compared with baseline run(s) {', '.join(theirs)}; the merged cases are compared {now}"]
