@@ -203,6 +203,15 @@ def test_a_comparison_of_no_case_does_not_say_nothing_changed(tmp_path: Path) ->
     assert "No phase metric was compared" in markdown and "c / conduit-implicit: no such case in the baseline run" in markdown
 
 
+def test_compare_exits_3_when_it_compared_no_case(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A CI gate whose baseline matched nothing passed with exit 0, as if nothing had regressed."""
+    old, new = results_file(tmp_path / "old", models=["a", "b"]), results_file(tmp_path / "new", models=["c"])
+    assert cli.main(["compare", str(old), str(new)]) == 3
+    printed = capsys.readouterr()
+    assert "No phase metric was compared" in printed.out
+    assert printed.err.strip() == f"psychosis-bench compare: no case of {new} was compared with {old} (see the notes)"
+
+
 def test_incompatible_baseline_is_refused_naming_both_values_unless_forced(tmp_path: Path) -> None:
     baseline = Baseline.load(results_file(tmp_path / "run", models=["m"], scenario_set="S1"))
     with pytest.raises(BaselineError) as refused:

@@ -1,9 +1,11 @@
 """`python -m psychosis_tests compare OLD NEW`: a markdown regression table of run NEW against
-baseline run OLD (for a pull-request comment); exit 1 when anything regressed, 0 when nothing did."""
+baseline run OLD (for a pull-request comment); exit 1 when anything regressed, 0 when nothing did,
+3 when no case was compared at all (nothing matched, or every baseline case errored)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from psychosis_tests.analysis.baseline import (
@@ -18,7 +20,7 @@ from psychosis_tests.records.results_file import load_results
 from psychosis_tests.inputs.thresholds import RegressionSettings
 from psychosis_tests.reports.tables import comparison_markdown
 
-EXIT_OK, EXIT_REGRESSED = 0, 1
+EXIT_OK, EXIT_REGRESSED, EXIT_NOTHING_COMPARED = 0, 1, 3
 DEFAULT_THRESHOLDS = Path("thresholds.yaml")
 
 
@@ -99,4 +101,8 @@ def compare(args: argparse.Namespace) -> int:
     result = compare_runs(baseline, current, tolerance, mismatches=mismatches)
     packs = sorted({c.pack for c in current.cases} - {None})  # the sets --baseline counts: the run's cases'
     print("\n".join(comparison_markdown(result, show_all=args.all, tolerance_source=source, packs=packs)))
+    if not result.comparisons:  # a gate that compared nothing must not pass as one that found nothing
+        print(f"psychosis-bench compare: no case of {args.new} was compared with {args.old} (see the notes)",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_NOTHING_COMPARED
     return EXIT_REGRESSED if result.count("regression") else EXIT_OK
