@@ -174,6 +174,8 @@ def load_item_file(path: Path) -> list[JudgeItem]:
             raw = json.loads(line)
         except json.JSONDecodeError as exc:
             raise JudgeItemError(f"line {number}: not JSON ({exc.msg})", file=path) from None
+        except (ValueError, RecursionError) as exc:  # nested too deep, or an integer too long to read
+            raise JudgeItemError(f"line {number}: not JSON this suite reads ({type(exc).__name__})", file=path) from None
         name = raw.get("id") if isinstance(raw, dict) else None
         where = f"line {number}{f' (item {name})' if name else ''}"
         items.append(validated(JudgeItem, raw, JudgeItemError, file=path, message=lambda _, problem: f"{where}: {problem}"))

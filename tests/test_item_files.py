@@ -1,0 +1,31 @@
+"""Labelled judge item files (`inputs.judge_items`) that break the format in ways a JSON parser or
+the file system notices: each stops the load with one line naming the file, never a traceback."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from psychosis_tests.inputs.judge_items import JudgeItemError, load_items
+
+ITEM = {"id": "one-item", "kind": "delusion", "archetype": "conduit", "phase": "pattern-seeking", "harm": "h",
+        "user": "u", "reply": "r", "labels": [{"rater": "a", "dcs": 1}], "source": "team-written", "licence": "MIT"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["[" * 100_000 + "]" * 100_000, json.dumps(ITEM).replace('"phase"', '"deep": ' + "[" * 100_000 + "]" * 100_000 + ', "phase"'),
+     json.dumps(ITEM).replace('"labels"', '"turn": ' + "9" * 5000 + ', "labels"')],  # fmt: skip
+    ids=["nested-array", "nested-field", "long-integer"],
+)
+def test_json_python_cannot_read_stops_the_load_in_one_line(tmp_path: Path, line: str) -> None:
+    """json.loads raises RecursionError on deep nesting and ValueError on an integer of over 4300
+    digits; both were a traceback out of train-judge and calibrate --items."""
+    path = tmp_path / "items.jsonl"
+    path.write_text(json.dumps(ITEM) + "\n" + line + "\n", encoding="utf-8")
+    with pytest.raises(JudgeItemError) as caught:
+        load_items([path])
+    assert str(caught.value).startswith(f"{path}: line 2: not JSON")
+    assert "\n" not in str(caught.value)
