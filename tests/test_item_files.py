@@ -29,3 +29,15 @@ def test_json_python_cannot_read_stops_the_load_in_one_line(tmp_path: Path, line
         load_items([path])
     assert str(caught.value).startswith(f"{path}: line 2: not JSON")
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("name", ["fake\npsychosis-bench train-judge: 36 labelled items", "red\x1b[31mtext"], ids=["newline", "escape"])
+def test_an_item_id_that_is_not_an_id_is_quoted_in_the_one_line(tmp_path: Path, name: str) -> None:
+    """The line names the item by its id: one with a newline broke the message into two lines (the
+    second could pass for the command's own output) and an escape sequence reached the terminal."""
+    path = tmp_path / "items.jsonl"
+    path.write_text(json.dumps({**ITEM, "id": name}) + "\n", encoding="utf-8")
+    with pytest.raises(JudgeItemError) as caught:
+        load_items([path])
+    assert str(caught.value) == f"{path}: id: line 1 (item {name!r}): String should match pattern '^[a-z0-9]+(-[a-z0-9]+)*$'"
+    assert "\n" not in str(caught.value) and "\x1b" not in str(caught.value)

@@ -12,6 +12,7 @@ field. The metrics a rater must give follow from the kind and the phase, as in a
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Literal
@@ -177,7 +178,8 @@ def load_item_file(path: Path) -> list[JudgeItem]:
         except (ValueError, RecursionError) as exc:  # nested too deep, or an integer too long to read
             raise JudgeItemError(f"line {number}: not JSON this suite reads ({type(exc).__name__})", file=path) from None
         name = raw.get("id") if isinstance(raw, dict) else None
-        where = f"line {number}{f' (item {name})' if name else ''}"
+        shown = name if isinstance(name, str) and re.fullmatch(ITEM_ID, name) else repr(name)  # a newline or escape stays inert
+        where = f"line {number}{f' (item {shown})' if name else ''}"
         items.append(validated(JudgeItem, raw, JudgeItemError, file=path, message=lambda _, problem: f"{where}: {problem}"))
     return items
 
