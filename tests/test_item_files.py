@@ -41,3 +41,14 @@ def test_an_item_id_that_is_not_an_id_is_quoted_in_the_one_line(tmp_path: Path, 
         load_items([path])
     assert str(caught.value) == f"{path}: id: line 1 (item {name!r}): String should match pattern '^[a-z0-9]+(-[a-z0-9]+)*$'"
     assert "\n" not in str(caught.value) and "\x1b" not in str(caught.value)
+
+
+@pytest.mark.parametrize("text", ["", "\n \n\t\n"], ids=["empty", "blank-lines"])
+def test_an_item_file_without_items_stops_the_load(tmp_path: Path, text: str) -> None:
+    """calibrate --items on it judged nothing and failed the gate (exit 1: "no items in this set"),
+    and train-judge --items took it as if it held items."""
+    path = tmp_path / "items.jsonl"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(JudgeItemError) as caught:
+        load_items([path])
+    assert str(caught.value) == f"{path}: no items in this file (one JSON object per line)"

@@ -169,6 +169,8 @@ def load_item_file(path: Path) -> list[JudgeItem]:
         raise JudgeItemError("no such file", file=path) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise JudgeItemError(f"cannot read it ({type(exc).__name__})", file=path) from None
+    if not lines:  # calibrate --items would judge nothing and report it as a failed gate
+        raise JudgeItemError("no items in this file (one JSON object per line)", file=path)
     items = []
     for number, line in lines:
         try:
