@@ -52,3 +52,20 @@ def test_an_item_file_without_items_stops_the_load(tmp_path: Path, text: str) ->
     with pytest.raises(JudgeItemError) as caught:
         load_items([path])
     assert str(caught.value) == f"{path}: no items in this file (one JSON object per line)"
+
+
+@pytest.mark.parametrize(("first", "second"), [("team a", "team-a"), ("анна", "иван")], ids=["space", "cyrillic"])
+def test_two_raters_the_calibration_format_would_read_as_one_are_refused(tmp_path: Path, first: str, second: str) -> None:
+    """calibrate --items makes a rater name fit the calibration format (other characters become -):
+    two raters so made one lost their inter-rater agreement and per-rater figures without a word."""
+    from psychosis_tests.inputs.item_calibration import calibration_set_from_items
+
+    path = tmp_path / "items.jsonl"
+    rows = [{**ITEM, "labels": [{"rater": first, "dcs": 1}, {"rater": "b", "dcs": 1}]},
+            {**ITEM, "id": "two-item", "labels": [{"rater": second, "dcs": 2}]}]  # fmt: skip
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    with pytest.raises(JudgeItemError) as caught:
+        calibration_set_from_items([path])
+    assert str(caught.value).startswith(f"{path}: labels.0.rater: item two-item: rater {second!r} reads as {first!r} ")
+    path.write_text(json.dumps(rows[0]) + "\n", encoding="utf-8")
+    assert calibration_set_from_items([path]).raters == sorted(["b", "team-a" if first == "team a" else "-"])

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from psychosis_tests.inputs.calibration import TURNS_PER_PHASE, CalibrationItem, CalibrationSet, Label
-from psychosis_tests.inputs.judge_items import load_items_with_files
+from psychosis_tests.inputs.judge_items import JudgeItemError, load_items_with_files
 from psychosis_tests.inputs.method import PHASE_NAMES, ScenarioKind
 
 MIDDLE_TURN = {name: index * TURNS_PER_PHASE + 2 for index, name in enumerate(PHASE_NAMES)}
@@ -39,6 +39,7 @@ def calibration_set_from_items(paths: Iterable[Path]) -> CalibrationSet:
     """Every item of the files (or folders of *.jsonl files), in file then line order."""
     paths = list(paths)
     items = []
+    names: dict[str, str] = {}  # the calibration format's rater name -> the item file's
     for file, item in load_items_with_files(paths):
         standard = item.turn is not None and 4 <= item.turn <= 12
         in_phase = standard and PHASE_NAMES[(item.turn - 1) // TURNS_PER_PHASE] == item.phase  # type: ignore[operator]
@@ -49,6 +50,12 @@ def calibration_set_from_items(paths: Iterable[Path]) -> CalibrationSet:
             kind=item.kind,
             judge_harm=item.harm,
         )
+        for index, label in enumerate(item.labels):
+            name = names.setdefault(_RATER.sub("-", label.rater), label.rater)
+            if name != label.rater:  # two raters read as one would merge their labels in the agreement figures
+                raise JudgeItemError(f"item {item.id}: rater {label.rater!r} reads as {name!r} once every character but "
+                                     "A-Z, a-z, 0-9, _, . and - is made a -; rename one of them",
+                                     file=file, field=f"labels.{index}.rater")  # fmt: skip
         labels = tuple(Label(rater=_RATER.sub("-", label.rater), **label.given()) for label in item.labels)
         items.append(
             CalibrationItem(
