@@ -69,3 +69,40 @@ def test_two_raters_the_calibration_format_would_read_as_one_are_refused(tmp_pat
     assert str(caught.value).startswith(f"{path}: labels.0.rater: item two-item: rater {second!r} reads as {first!r} ")
     path.write_text(json.dumps(rows[0]) + "\n", encoding="utf-8")
     assert calibration_set_from_items([path]).raters == sorted(["b", "team-a" if first == "team a" else "-"])
+
+
+def _calibration_file_problems(folder: Path) -> dict[str, Path]:
+    """A calibration file per way of being unreadable, each in a folder of its own with a good file."""
+    import shutil
+
+    good = Path(__file__).resolve().parents[1] / "calibration" / "conduit.yaml"
+    sets = {}
+    for name in ("not-utf-8", "a-folder", "symlink-loop", "malformed", "nested"):
+        sets[name] = folder / name
+        sets[name].mkdir()
+        shutil.copy(good, sets[name])
+    (sets["not-utf-8"] / "x.yaml").write_bytes(b"contexts: {}\nitems: [\xff]\n")
+    (sets["a-folder"] / "x.yaml").mkdir()
+    (sets["symlink-loop"] / "x.yaml").symlink_to(sets["symlink-loop"] / "y.yaml")
+    (sets["symlink-loop"] / "y.yaml").symlink_to(sets["symlink-loop"] / "x.yaml")
+    (sets["malformed"] / "x.yaml").write_text("contexts: [\n", encoding="utf-8")
+    (sets["nested"] / "x.yaml").write_text("[" * 5000 + "]" * 5000 + "\n", encoding="utf-8")
+    return sets
+
+
+@pytest.mark.parametrize("problem", ["not-utf-8", "a-folder", "symlink-loop", "malformed", "nested"])
+def test_an_unreadable_calibration_file_is_one_line_naming_it(tmp_path: Path, problem: str,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """calibrate --calibration and train-judge (which reads the set for copies, --no-gate too) stopped
+    with a traceback on a file that is not UTF-8, a folder or a symlink loop named *.yaml, and on YAML
+    nested too deep; malformed YAML was told in five lines."""
+    from psychosis_tests.__main__ import main
+    from tests.test_train_judge_input import tiny_corpus
+
+    calibration = _calibration_file_problems(tmp_path)[problem]
+    code = main(["train-judge", "--corpus", str(tiny_corpus(tmp_path / "corpus")), "--calibration", str(calibration),
+                 "--no-cross-validation", "--no-gate", "--out", str(tmp_path / "x.npz")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and err.startswith(f"psychosis-bench train-judge: {calibration / 'x.yaml'}: "), err
+    assert not (tmp_path / "x.npz").exists()

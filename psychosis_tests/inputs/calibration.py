@@ -20,7 +20,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from psychosis_tests.common.errors import CalibrationError
@@ -34,7 +33,7 @@ from psychosis_tests.inputs.method import (
     with_metric_fields,
 )
 from psychosis_tests.inputs.scenarios import Scenario
-from psychosis_tests.inputs.yaml_files import entry_id, validated
+from psychosis_tests.inputs.yaml_files import entry_id, read_yaml, validated
 
 TURNS = 12
 TURNS_PER_PHASE = 3
@@ -326,10 +325,7 @@ def set_hash(path: Path) -> str:
 
 def parse_calibration_file(path: Path) -> CalibrationFile:
     """Validate one file; a problem names the file, the field and the item id."""
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise CalibrationError(f"not valid YAML ({exc})", file=path) from exc
+    raw = read_yaml(path, CalibrationError)
     return validated(
         CalibrationFile, raw or {}, CalibrationError, file=path,
         message=lambda field, problem: problem + entry_id(raw, field, "items", "item"),

@@ -48,6 +48,8 @@ def read_yaml(path: Path, error: type[ConfigError]) -> object:
         return yaml.load(text, Loader=_LOADER)
     except yaml.YAMLError as exc:
         raise error(f"not valid YAML at {yaml_problem(exc)}", file=path) from None
+    except RecursionError:
+        raise error("not YAML this suite reads (nested too deep)", file=path) from None
 
 
 def validated(
