@@ -240,3 +240,27 @@ def test_the_gate_reads_a_model_file_given_as_a_relative_path(
     monkeypatch.setenv("PSYCHOSIS_REPORT_DIR", str(tmp_path / "reports"))
     shutil.copy(TRAINED_MODEL_FILE, tmp_path / "judge.npz")
     assert run_gate(Path("judge.npz"), REPO / "calibration", REPO) == 0, capsys.readouterr().err[-2000:]
+
+
+@pytest.mark.parametrize(
+    "disguise",
+    [lambda t: t.translate(str.maketrans("aeopc", "аеорс")), lambda t: t.replace("e", "e\u200b"),
+     lambda t: t.replace("e", "e\u00ad"), lambda t: "".join(chr(ord(c) + 0xFEE0) if "a" <= c <= "z" else c for c in t),
+     lambda t: t.replace("e", "é").replace("a", "à")],  # fmt: skip
+    ids=["cyrillic-lookalikes", "zero-width-spaces", "soft-hyphens", "fullwidth", "accents"],
+)
+def test_a_calibration_reply_copied_with_lookalike_or_invisible_characters_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], disguise
+) -> None:
+    """A copy that reads the same on screen passed the check: each of these characters split the
+    words at it (the normalised text keeps only a-z and 0-9), so the shingles no longer matched."""
+    item_id, reply, _ = first_calibration_item(REPO / "calibration")
+    corpus = tiny_corpus(tmp_path / "corpus", copied_reply=disguise(reply))
+    out = tmp_path / "x.npz"
+    code = cli.main(["train-judge", "--corpus", str(corpus), "--no-cross-validation", "--no-gate", "--out", str(out)])
+    printed = capsys.readouterr()
+    assert code == 2, printed.err[-2000:]
+    line = one_line(printed.err)
+    assert line.startswith(f"psychosis-bench train-judge: {corpus / 'copy.jsonl'}: reply: training item 'conduit-t08-copy' "
+                           f"repeats calibration item {item_id!r}")  # fmt: skip
+    assert not out.exists()

@@ -1,7 +1,10 @@
 """Near-duplicate replies between two sets of texts (a training corpus and a held-out set).
 
 Two replies count as the same when their normalised texts are equal (lower case, every run of
-characters other than letters and digits folded to one space), and as near duplicates when the
+characters other than letters and digits folded to one space; before that, accents, fullwidth and
+other compatibility forms are read as their plain letters, invisible format characters such as the
+zero-width space and the soft hyphen are dropped, and Cyrillic and Greek letters that look like
+Latin ones are read as those, so a copy dressed up so is still a copy), and as near duplicates when the
 Jaccard similarity of their word 4-gram shingles is at least NEAR_DUPLICATE_JACCARD. Shingles of
 four words catch a reply copied with a few words changed or a sentence added, while two
 independently written replies on the same topic share almost none (measured on the shipped sets:
@@ -12,15 +15,26 @@ tests/test_judge_corpus.py prints and checks it).
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Sequence
 
 NEAR_DUPLICATE_JACCARD = 0.5
 SHINGLE_WORDS = 4
 _NON_WORD = re.compile(r"[^0-9a-z]+")
+_LOOKALIKES = str.maketrans({
+    "а": "a", "с": "c", "ԁ": "d", "е": "e", "һ": "h", "і": "i", "ј": "j", "ӏ": "l", "о": "o", "р": "p", "ԛ": "q",
+    "ѕ": "s", "ԝ": "w", "х": "x", "у": "y",  # Cyrillic
+    "α": "a", "ι": "i", "κ": "k", "ν": "v", "ο": "o", "ρ": "p", "υ": "u", "χ": "x",  # Greek
+    "ı": "i",
+})  # fmt: skip
+"""Lower-case letters drawn like a Latin letter (upper case is folded to these first)."""
 
 
 def normalise(text: str) -> str:
+    if not text.isascii():
+        plain = unicodedata.normalize("NFKD", text.casefold())
+        text = "".join(ch for ch in plain if not unicodedata.combining(ch) and unicodedata.category(ch) != "Cf").translate(_LOOKALIKES)
     return _NON_WORD.sub(" ", text.lower()).strip()
 
 
