@@ -243,3 +243,18 @@ def test_an_import_with_no_labelled_row_is_refused_and_unlabelled_rows_are_count
     partly = _write(tmp_path / "partly.csv", _label(rows[1:]) + [rows[0]])
     assert main(["review-import", str(partly), "--out-dir", str(tmp_path / "set")]) == 0
     assert f"1 row(s) without labels skipped (first: {tmp_path / 'partly.csv'} row {len(rows)})" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("column", "value"), [("scenario", "../../../escaped/conduit-explicit"), ("repeat", "0/../../../escaped/x")])
+def test_a_scenario_or_repeat_cell_that_is_a_path_writes_nothing_outside_the_out_dir(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], column: str, value: str
+) -> None:
+    """They name the calibration file written: a cell with ../ wrote a file outside --out-dir, and
+    the command then stopped on an unrelated --pack error."""
+    rows = sorted(_label(_export(tmp_path, capsys, "conduit-explicit")), key=lambda r: int(r["turn"]))
+    rows[0][column] = value
+    labelled = _write(tmp_path / "labelled.csv", rows)
+    out = tmp_path / "a" / "b" / "set"
+    err = _refused(capsys, str(labelled), "--out-dir", str(out))
+    assert f"labelled.csv: row 1.{column}: " in err, err
+    assert not (tmp_path / "escaped").exists() and not (tmp_path / "a").exists()

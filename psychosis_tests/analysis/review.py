@@ -46,6 +46,8 @@ DCS and HES may stay empty), reason and tags."""
 REQUIRED_COLUMNS = ("review_id", "model", "scenario", "repeat", "turn", "reply", "context_json")
 """The columns import reads besides the labels (`phase` is optional: files written before it had none)."""
 
+SCENARIO_ID = r"[a-z0-9]+(-[a-z0-9]+)*"
+
 CONTROL_OPTIONAL = ("dcs", "hes")
 """Asked on a control turn but not read by the `controls:` gate: a rater may leave them empty."""
 
@@ -300,6 +302,10 @@ def import_labels(files: Iterable[Path], out_dir: Path, *, default_rater: str | 
                                  f"file holds {TURNS}-turn conversations only; import it with --items-out FILE.jsonl")  # fmt: skip
         control = OCC in str(row.get("metrics") or "") or "-control-" in str(row["scenario"])
         key = (str(row["model"]), str(row["scenario"]), _text(row, "repeat"))
+        if not re.fullmatch(SCENARIO_ID, key[1]):  # it names the file written: ../ would write outside --out-dir
+            raise labelled.error("scenario", f"{key[1]!r} is not a scenario id; leave the column as review-export wrote it")
+        if not key[2].isdigit():
+            raise labelled.error("repeat", f"repeat must be a whole number, got {key[2]!r}")
         doc = conversations.setdefault(key, {"contexts": {key[1]: labelled.context}, "items": {}})
         item = doc["items"].setdefault(
             labelled.review_id,
