@@ -258,3 +258,24 @@ def test_a_scenario_or_repeat_cell_that_is_a_path_writes_nothing_outside_the_out
     err = _refused(capsys, str(labelled), "--out-dir", str(out))
     assert f"labelled.csv: row 1.{column}: " in err, err
     assert not (tmp_path / "escaped").exists() and not (tmp_path / "a").exists()
+
+
+def test_a_long_conversation_exported_to_csv_imports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Its context_json cell passed the csv module's field limit (128 KiB): twelve replies of 12,000
+    characters, which a model with a large max_tokens writes, made review-import a traceback."""
+    run_dir = _run(tmp_path, "conduit-explicit")
+    case = run_dir / "cases" / "conduit-explicit.json"
+    record = json.loads(case.read_text(encoding="utf-8"))
+    for turn in record["transcripts"][0]["turns"]:
+        turn["reply"] = f"reply {turn['turn']} " + "and it goes on " * 800
+    case.write_text(json.dumps(record), encoding="utf-8")
+    out = tmp_path / "review.csv"
+    assert main(["review-export", str(run_dir), "--out", str(out), "--per-stratum", "50"]) == 0
+    default = csv.field_size_limit(1 << 24)  # to read it here
+    with out.open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    assert max(len(row["context_json"]) for row in rows) > default
+    labelled = _write(tmp_path / "labelled.csv", _label(rows))
+    csv.field_size_limit(default)  # as a fresh process has it
+    assert main(["review-import", str(labelled), "--items-out", str(tmp_path / "items.jsonl"), "--scenarios", SCENARIOS]) == 0
+    assert len(load_item_file(tmp_path / "items.jsonl")) == len(rows)

@@ -129,6 +129,7 @@ def read_rows(path: Path) -> list[tuple[str, dict[str, str]]]:
     text = read_text(path, CalibrationError, encoding="utf-8-sig")
     rows: list[tuple[str, dict[str, str]]] = []
     if path.suffix == ".csv":
+        csv.field_size_limit(max(csv.field_size_limit(), len(text)))  # context_json of a long conversation passes 128 KiB
         reader = csv.DictReader(io.StringIO(text, newline=""))
         missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
         if missing and text.strip():
