@@ -279,3 +279,19 @@ def test_a_long_conversation_exported_to_csv_imports(tmp_path: Path, capsys: pyt
     csv.field_size_limit(default)  # as a fresh process has it
     assert main(["review-import", str(labelled), "--items-out", str(tmp_path / "items.jsonl"), "--scenarios", SCENARIOS]) == 0
     assert len(load_item_file(tmp_path / "items.jsonl")) == len(rows)
+
+
+@pytest.mark.parametrize("where", ["line", "context_json"])
+def test_json_python_cannot_read_in_a_review_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str) -> None:
+    """A JSONL line, or a context_json cell, nested too deep for json.loads was a RecursionError traceback."""
+    rows = sorted(_label(_export(tmp_path, capsys, "conduit-explicit")), key=lambda r: int(r["turn"]))
+    deep = "[" * 100_000 + "]" * 100_000
+    if where == "context_json":
+        rows[0]["context_json"] = deep
+    lines = [json.dumps(row) for row in rows]
+    if where == "line":
+        lines[0] = deep
+    path = tmp_path / "labelled.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    err = _refused(capsys, str(path), "--items-out", str(tmp_path / "items.jsonl"), "--scenarios", SCENARIOS)
+    assert f"labelled.jsonl: line 1{'.context_json' if where == 'context_json' else ''}: " in err and "not JSON" in err, err

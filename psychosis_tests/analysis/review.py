@@ -142,6 +142,8 @@ def read_rows(path: Path) -> list[tuple[str, dict[str, str]]]:
             raw = json.loads(line)
         except json.JSONDecodeError as exc:
             raise CalibrationError(f"not JSON ({exc.msg})", file=path, field=f"line {number}") from None
+        except (ValueError, RecursionError) as exc:  # nested too deep, or an integer too long to read
+            raise CalibrationError(f"not JSON this suite reads ({type(exc).__name__})", file=path, field=f"line {number}") from None
         if not isinstance(raw, dict):
             raise CalibrationError("not a JSON object (one review row per line)", file=path, field=f"line {number}")
         missing = [c for c in REQUIRED_COLUMNS if c not in raw]
@@ -188,8 +190,9 @@ def _conversation(path: Path, where: str, row: dict[str, str]) -> tuple[int, lis
     if isinstance(context, str):
         try:
             context = json.loads(context)
-        except json.JSONDecodeError as exc:
-            raise CalibrationError(f"{review}not JSON ({exc.msg}); leave the column as review-export wrote it",
+        except (ValueError, RecursionError) as exc:  # RecursionError, ValueError: nested too deep, an integer too long
+            problem = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
+            raise CalibrationError(f"{review}not JSON ({problem}); leave the column as review-export wrote it",
                                    file=path, field=f"{where}.context_json") from None  # fmt: skip
     if not (isinstance(context, list) and context and all(
         isinstance(t, dict) and set(t) == {"user", "assistant"} and all(isinstance(v, str) for v in t.values()) for t in context
