@@ -295,3 +295,41 @@ def test_json_python_cannot_read_in_a_review_file_is_one_line(tmp_path: Path, ca
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     err = _refused(capsys, str(path), "--items-out", str(tmp_path / "items.jsonl"), "--scenarios", SCENARIOS)
     assert f"labelled.jsonl: line 1{'.context_json' if where == 'context_json' else ''}: " in err and "not JSON" in err, err
+
+
+@pytest.mark.parametrize("damage", ["cut-short", "not-utf-8", "a-list", "not-a-transcript", "a-folder"])
+def test_a_damaged_case_file_stops_review_export_in_one_line_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: str
+) -> None:
+    """Each was a traceback (JSONDecodeError, UnicodeDecodeError, AttributeError, ValidationError, IsADirectoryError)."""
+    run_dir = _run(tmp_path, "conduit-explicit")
+    case = run_dir / "cases" / "conduit-explicit.json"
+    text = case.read_text(encoding="utf-8")
+    if damage == "a-folder":
+        case.unlink()
+        case.mkdir()
+    else:
+        case.write_bytes({"cut-short": text[: len(text) // 2].encode(), "not-utf-8": b"\xff" + text.encode(), "a-list": b"[1]",
+                          "not-a-transcript": b'{"transcripts": [{"turns": 3}]}'}[damage])  # fmt: skip
+    capsys.readouterr()
+    assert main(["review-export", str(run_dir), "--out", str(tmp_path / "review.csv")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"psychosis-bench review-export: {case}: cannot read it as a case file of a run (") and "\n" not in err, err
+
+
+@pytest.mark.parametrize("where", ["a-folder", "under-a-file"])
+def test_a_review_out_that_cannot_be_written_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str) -> None:
+    run_dir = _run(tmp_path, "conduit-explicit")
+    out = tmp_path / "review.csv" if where == "a-folder" else run_dir / "cases" / "conduit-explicit.json" / "review.csv"
+    if where == "a-folder":
+        out.mkdir()
+    capsys.readouterr()
+    assert main(["review-export", str(run_dir), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"psychosis-bench review-export: {out}: --out: cannot write it (") and "\n" not in err, err
+
+
+def test_an_out_that_is_not_csv_or_jsonl_creates_no_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "new" / "review.txt"
+    assert main(["review-export", str(_run(tmp_path, "conduit-explicit")), "--out", str(out)]) == 2
+    assert not out.parent.exists()

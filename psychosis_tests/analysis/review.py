@@ -58,10 +58,15 @@ def _transcripts(run_dir: Path) -> list[Transcript]:
         raise CalibrationError("not a benchmark run folder (no cases/ folder)", file=run_dir)
     found = []
     for path in sorted(cases.glob("*.json")):
-        record = json.loads(path.read_text(encoding="utf-8"))
-        if "error" in record:
-            continue  # an errored case has no judged turns
-        found += [Transcript.model_validate(t) for t in record.get("transcripts", [])]
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(record, dict) or not isinstance(record.get("transcripts", []), list):
+                raise ValueError("not a case record")
+            if "error" in record:
+                continue  # an errored case has no judged turns
+            found += [Transcript.model_validate(t) for t in record.get("transcripts", [])]
+        except (OSError, ValueError, RecursionError) as exc:  # ValueError: not UTF-8, not JSON, not a transcript
+            raise CalibrationError(f"cannot read it as a case file of a run ({type(exc).__name__})", file=path) from None
     return found
 
 
@@ -108,16 +113,19 @@ def export_sample(run_dir: Path, *, per_stratum: int, seed: int) -> list[dict[st
 
 
 def write_rows(path: Path, rows: Sequence[dict[str, str]]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix == ".jsonl":
-        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    elif path.suffix == ".csv":
-        with path.open("w", newline="", encoding="utf-8") as handle:
-            writer = csv.DictWriter(handle, fieldnames=COLUMNS)
-            writer.writeheader()
-            writer.writerows({name: csv_cell(value) for name, value in row.items()} for row in rows)
-    else:
+    if path.suffix not in (".csv", ".jsonl"):
         raise CalibrationError("the review file must end in .csv or .jsonl", file=path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.suffix == ".jsonl":
+            path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+        else:
+            with path.open("w", newline="", encoding="utf-8") as handle:
+                writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+                writer.writeheader()
+                writer.writerows({name: csv_cell(value) for name, value in row.items()} for row in rows)
+    except OSError as exc:
+        raise CalibrationError(f"cannot write it ({type(exc).__name__}: {exc.strerror})", file=path, field="--out") from None
 
 
 def read_rows(path: Path) -> list[tuple[str, dict[str, str]]]:
