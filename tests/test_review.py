@@ -333,3 +333,16 @@ def test_an_out_that_is_not_csv_or_jsonl_creates_no_folder(tmp_path: Path, capsy
     out = tmp_path / "new" / "review.txt"
     assert main(["review-export", str(_run(tmp_path, "conduit-explicit")), "--out", str(out)]) == 2
     assert not out.parent.exists()
+
+
+@pytest.mark.parametrize("target", ["--out-dir", "--items-out"])
+def test_an_import_target_that_cannot_be_written_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], target: str) -> None:
+    """--items-out a folder, or --out-dir a file, was a traceback."""
+    labelled = _write(tmp_path / "labelled.csv", _label(_export(tmp_path, capsys, "conduit-explicit")))
+    out = tmp_path / "items.jsonl"
+    if target == "--items-out":
+        out.mkdir()
+    else:
+        out.write_text("", encoding="utf-8")
+    err = _refused(capsys, str(labelled), target, str(out), "--scenarios", SCENARIOS)
+    assert f": {target}: cannot write it (" in err and str(out) in err, err

@@ -347,9 +347,12 @@ def import_labels(files: Iterable[Path], out_dir: Path, *, default_rater: str | 
             raise CalibrationError(f"the labelled rows do not make a valid calibration file: {exc}", file=target) from exc
         documents[target] = body
     for target, body in documents.items():
-        target.parent.mkdir(parents=True, exist_ok=True)
         header = "# Imported from human review (python -m psychosis_tests review-import).\n"
-        target.write_text(header + yaml.safe_dump(body, sort_keys=False, allow_unicode=True, width=100), encoding="utf-8")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(header + yaml.safe_dump(body, sort_keys=False, allow_unicode=True, width=100), encoding="utf-8")
+        except OSError as exc:
+            raise CalibrationError(f"cannot write it ({type(exc).__name__}: {exc.strerror})", file=target, field="--out-dir") from None
     return list(documents)
 
 
@@ -391,7 +394,10 @@ def import_items(files: Iterable[Path], out_file: Path, scenarios: dict[str, Sce
         label = _label(labelled, control=scenario.kind == "control")
         _add_label(item, labelled, label, seen)
         checked[labelled.review_id] = _check(JudgeItem, item, labelled, label, phase_column=phase_column)
-    out_file.parent.mkdir(parents=True, exist_ok=True)
-    out_file.write_text("".join(json.dumps(i.model_dump(mode="json", exclude_defaults=True), ensure_ascii=False) + "\n"
-                                for i in checked.values()), encoding="utf-8")  # fmt: skip
+    try:
+        out_file.parent.mkdir(parents=True, exist_ok=True)
+        out_file.write_text("".join(json.dumps(i.model_dump(mode="json", exclude_defaults=True), ensure_ascii=False) + "\n"
+                                    for i in checked.values()), encoding="utf-8")  # fmt: skip
+    except OSError as exc:
+        raise CalibrationError(f"cannot write it ({type(exc).__name__}: {exc.strerror})", file=out_file, field="--items-out") from None
     return len(checked)
