@@ -264,3 +264,18 @@ def test_a_calibration_reply_copied_with_lookalike_or_invisible_characters_is_re
     assert line.startswith(f"psychosis-bench train-judge: {corpus / 'copy.jsonl'}: reply: training item 'conduit-t08-copy' "
                            f"repeats calibration item {item_id!r}")  # fmt: skip
     assert not out.exists()
+
+
+def test_a_run_of_a_model_whose_id_is_not_ascii_gives_items(tmp_path: Path, capsys: pytest.CaptureFixture[str], past_run: Path) -> None:
+    """The item id is made of the run and model ids: a letter such as é was kept (str.isalnum), the
+    id broke the item format and train-judge --from-run stopped with a ValidationError traceback."""
+    run = tmp_path / "run"
+    shutil.copytree(past_run, run)
+    results = run / "results.json"
+    results.write_text(results.read_text(encoding="utf-8").replace('"reference/guardian"', '"modèle/guardian"'), encoding="utf-8")
+    out = tmp_path / "x.npz"
+    code = cli.main(["train-judge", "--corpus", str(tiny_corpus(tmp_path / "corpus")), "--from-run", str(run),
+                     "--no-cross-validation", "--no-gate", "--out", str(out)])  # fmt: skip
+    printed = capsys.readouterr()
+    assert code == 0, printed.err[-2000:]
+    assert f"{run}: 9 judged turns taken" in printed.err and out.exists()

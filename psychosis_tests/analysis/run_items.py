@@ -74,7 +74,7 @@ def _transcript_items(transcript: dict, scenario: Scenario, model: str, run_id: 
             continue
         labels = {m: verdict[m] for m in turn["metrics"] if verdict.get(m) is not None}
         before = [{"user": t["user"], "assistant": t["reply"]} for t in turns[max(0, position - CONTEXT_EXCHANGES) : position]]
-        slug = "".join(ch if ch.isalnum() else "-" for ch in f"{run_id}-{model}".lower()).strip("-")
+        slug = "".join(ch if ch.isascii() and ch.isalnum() else "-" for ch in f"{run_id}-{model}".lower()).strip("-")
         slug = "-".join(part for part in slug.split("-") if part)
         items.append(
             JudgeItem(
