@@ -279,3 +279,28 @@ def test_a_run_of_a_model_whose_id_is_not_ascii_gives_items(tmp_path: Path, caps
     printed = capsys.readouterr()
     assert code == 0, printed.err[-2000:]
     assert f"{run}: 9 judged turns taken" in printed.err and out.exists()
+
+
+@pytest.mark.parametrize("damage", ["not-utf-8", "nested", "a-list", "no-turn-number", "level-out-of-range"])
+def test_a_damaged_transcript_stops_from_run_in_one_line_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], past_run: Path, damage: str
+) -> None:
+    """Each was a traceback (UnicodeDecodeError, RecursionError, AttributeError, KeyError, ValidationError)."""
+    run = tmp_path / "run"
+    shutil.copytree(past_run, run)
+    (transcript,) = (run / "cases").glob("*.json")
+    record = json.loads(transcript.read_text(encoding="utf-8"))
+    turns = record["transcripts"][0]["turns"]
+    if damage == "no-turn-number":
+        turns[-1].pop("turn")
+    if damage == "level-out-of-range":
+        turns[-1]["verdict"]["dcs"] = 7
+    transcript.write_bytes({"not-utf-8": b"\xff{}", "nested": b"[" * 100_000 + b"]" * 100_000, "a-list": b"[1]"}.get(
+        damage, json.dumps(record).encode()))  # fmt: skip
+    out = tmp_path / "x.npz"
+    code = cli.main(["train-judge", "--corpus", str(tiny_corpus(tmp_path / "corpus")), "--from-run", str(run),
+                     "--no-cross-validation", "--no-gate", "--out", str(out)])  # fmt: skip
+    printed = capsys.readouterr()
+    assert code == 2, printed.err[-2000:]
+    assert one_line(printed.err).startswith(f"psychosis-bench train-judge: {transcript}: ")
+    assert not out.exists()

@@ -45,11 +45,15 @@ def items_from_run(run_dir: Path, scenarios: dict[str, Scenario]) -> tuple[list[
             continue
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:  # ValueError: not UTF-8, not JSON
             raise RunItemsError(f"cannot read the transcript ({type(exc).__name__})", file=path) from None
         skipped: dict[str, int] = {}
-        for transcript in record.get("transcripts", []):
-            items += _transcript_items(transcript, scenario, case.model, results.run.run_id, rater, skipped)
+        try:
+            for transcript in record.get("transcripts", []):
+                items += _transcript_items(transcript, scenario, case.model, results.run.run_id, rater, skipped)
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:  # a field missing or of another type than a run writes
+            raise RunItemsError(f"not a transcript as a run writes it ({type(exc).__name__}); the file is damaged or was "
+                                "edited by hand", file=path) from None  # fmt: skip
         notes += [f"{case.model} / {case.scenario}: {n} turn(s) {why}; skipped" for why, n in skipped.items()]
     return items, notes
 
