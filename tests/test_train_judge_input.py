@@ -242,6 +242,19 @@ def test_the_gate_reads_a_model_file_given_as_a_relative_path(
     assert run_gate(Path("judge.npz"), REPO / "calibration", REPO) == 0, capsys.readouterr().err[-2000:]
 
 
+def test_an_out_that_fails_when_written_is_one_line_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A symlink loop looks writable until the write: it was a traceback after the training."""
+    out, other = tmp_path / "loop.npz", tmp_path / "other.npz"
+    out.symlink_to(other)
+    other.symlink_to(out)
+    code = cli.main(["train-judge", "--corpus", str(tiny_corpus(tmp_path / "corpus")), "--no-cross-validation",
+                     "--no-gate", "--out", str(out)])  # fmt: skip
+    printed = capsys.readouterr()
+    assert code == 2
+    line = one_line("\n".join(line for line in printed.err.splitlines() if not line.startswith("[train-judge] ")))
+    assert line.startswith(f"psychosis-bench train-judge: {out}: --out: cannot write the model file (OSError: ")
+
+
 @pytest.mark.parametrize(
     "disguise",
     [lambda t: t.translate(str.maketrans("aeopc", "аеорс")), lambda t: t.replace("e", "e\u200b"),

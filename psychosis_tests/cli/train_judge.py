@@ -86,7 +86,11 @@ def train_judge(args: argparse.Namespace) -> int:
               "(their gap within 10 bins of probability; 0 is perfectly reliable):", flush=True)  # fmt: skip
         print("\n".join(reliability_lines(folds)), flush=True)
     meta, arrays = train(items, progress)
-    write_model_file(out, meta, arrays)
+    try:
+        write_model_file(out, meta, arrays)
+    except OSError as exc:  # what check_output cannot see beforehand (a symlink loop, a full disk)
+        raise ConfigError(f"cannot write the model file ({type(exc).__name__}: {exc.strerror})", field="--out",
+                          file=out) from None  # fmt: skip
     print(f"model file: {out} ({out.stat().st_size // 1024} KiB)", flush=True)
     if args.no_gate:
         return 0
