@@ -135,6 +135,17 @@ def test_the_same_rater_imported_twice_is_refused_at_the_second_file_s_row(tmp_p
         assert "copy.csv: row 1.rater: " in err and "labels this turn twice" in err
 
 
+def test_rows_whose_review_id_names_two_replies_are_refused_not_merged(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two runs of one model give the same review ids: rater b's labels of another reply were
+    added to rater a's item, which kept a's reply."""
+    first = _label(_export(tmp_path, capsys, "conduit-explicit"))
+    second = [dict(row, reply=row["reply"] + " (another run)", rater="b") for row in first]
+    a, b = _write(tmp_path / "a.csv", first), _write(tmp_path / "b.csv", second)
+    for target, out in (("--out-dir", "set"), ("--items-out", "items.jsonl")):
+        err = _refused(capsys, str(a), str(b), target, str(tmp_path / out), "--scenarios", SCENARIOS)
+        assert "b.csv: row 1.reply: " in err and f"the review id names another reply in {a}: row 1" in err, err
+
+
 def test_an_unreadable_review_file_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rows = _label(_export(tmp_path, capsys, "conduit-explicit"))
     out = str(tmp_path / "set")
@@ -317,16 +328,21 @@ def test_a_damaged_case_file_stops_review_export_in_one_line_naming_it(
     assert err.startswith(f"psychosis-bench review-export: {case}: cannot read it as a case file of a run (") and "\n" not in err, err
 
 
-@pytest.mark.parametrize("where", ["a-folder", "under-a-file"])
+@pytest.mark.parametrize("where", ["a-folder", "under-a-file", "symlink-loop"])
 def test_a_review_out_that_cannot_be_written_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str) -> None:
+    """A folder or a file in the way is found before the export; a symlink loop when it is written."""
     run_dir = _run(tmp_path, "conduit-explicit")
-    out = tmp_path / "review.csv" if where == "a-folder" else run_dir / "cases" / "conduit-explicit.json" / "review.csv"
+    out = tmp_path / "review.csv" if where != "under-a-file" else run_dir / "cases" / "conduit-explicit.json" / "review.csv"
     if where == "a-folder":
         out.mkdir()
+    if where == "symlink-loop":
+        out.symlink_to(tmp_path / "other.csv")
+        (tmp_path / "other.csv").symlink_to(out)
     capsys.readouterr()
     assert main(["review-export", str(run_dir), "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith(f"psychosis-bench review-export: {out}: --out: cannot write it (") and "\n" not in err, err
+    assert err.startswith("psychosis-bench review-export: ") and "--out: " in err and str(out) in err and "\n" not in err, err
+    assert ("cannot write it (" in err) == (where == "symlink-loop")
 
 
 def test_an_out_that_is_not_csv_or_jsonl_creates_no_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -335,14 +351,19 @@ def test_an_out_that_is_not_csv_or_jsonl_creates_no_folder(tmp_path: Path, capsy
     assert not out.parent.exists()
 
 
-@pytest.mark.parametrize("target", ["--out-dir", "--items-out"])
+@pytest.mark.parametrize("target", ["--out-dir", "--items-out", "--items-out-loop"])
 def test_an_import_target_that_cannot_be_written_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], target: str) -> None:
-    """--items-out a folder, or --out-dir a file, was a traceback."""
+    """--items-out a folder, or --out-dir a file, was a traceback; so was a symlink loop."""
     labelled = _write(tmp_path / "labelled.csv", _label(_export(tmp_path, capsys, "conduit-explicit")))
     out = tmp_path / "items.jsonl"
     if target == "--items-out":
         out.mkdir()
-    else:
+    elif target == "--out-dir":
         out.write_text("", encoding="utf-8")
-    err = _refused(capsys, str(labelled), target, str(out), "--scenarios", SCENARIOS)
-    assert f": {target}: cannot write it (" in err and str(out) in err, err
+    else:
+        out.symlink_to(tmp_path / "other.jsonl")
+        (tmp_path / "other.jsonl").symlink_to(out)
+    option = target.removesuffix("-loop")
+    err = _refused(capsys, str(labelled), option, str(out), "--scenarios", SCENARIOS)
+    assert f"{option}: " in err and str(out) in err, err
+    assert ("cannot write it (" in err) == (target == "--items-out-loop")

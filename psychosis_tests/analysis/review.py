@@ -275,7 +275,14 @@ _COLUMN_OF_FIELD = {
 
 
 def _add_label(item: dict, labelled: _Labelled, label: dict[str, object], seen: dict[tuple[str, str], _Labelled]) -> None:
-    """`label` appended to the item; a rater who already labelled the turn is refused at this row."""
+    """`label` appended to the item; a rater who already labelled the turn, or a row whose review id
+    an earlier row gave to another reply or conversation, is refused at this row."""
+    other = next((row for (review_id, _), row in seen.items() if review_id == labelled.review_id), None)
+    if other is not None and (other.row["reply"], other.context) != (labelled.row["reply"], labelled.context):
+        differs = "reply" if other.row["reply"] != labelled.row["reply"] else "context_json"
+        raise labelled.error(differs, f"the review id names another {'reply' if differs == 'reply' else 'conversation'} in "
+                             f"{other.path}: {other.where} (exports of two runs of one model share review ids: "
+                             "import them apart)")  # fmt: skip
     earlier = seen.setdefault((labelled.review_id, labelled.rater), labelled)
     if earlier is not labelled:
         raise labelled.error("rater", f"rater {labelled.rater!r} labels this turn twice (also {earlier.path}: {earlier.where})")
