@@ -54,6 +54,24 @@ def test_an_item_file_without_items_stops_the_load(tmp_path: Path, text: str) ->
     assert str(caught.value) == f"{path}: no items in this file (one JSON object per line)"
 
 
+def test_a_key_given_twice_in_an_item_is_refused(tmp_path: Path) -> None:
+    """JSON keeps the last value of a key given twice: a second "reply" replaced the first unseen."""
+    path = tmp_path / "items.jsonl"
+    path.write_text(json.dumps(ITEM)[:-1] + ', "reply": "another"}\n', encoding="utf-8")
+    with pytest.raises(JudgeItemError) as caught:
+        load_items([path])
+    assert str(caught.value) == f"{path}: line 1: key 'reply' is given twice in one object (JSON would keep the last)"
+
+
+@pytest.mark.parametrize("turn", [True, 8.0, "8"], ids=["true", "float", "string"])
+def test_a_turn_that_is_not_a_whole_number_is_refused(tmp_path: Path, turn: object) -> None:
+    path = tmp_path / "items.jsonl"
+    path.write_text(json.dumps({**ITEM, "turn": turn}) + "\n", encoding="utf-8")
+    with pytest.raises(JudgeItemError) as caught:
+        load_items([path])
+    assert str(caught.value).startswith(f"{path}: turn: line 1 (item one-item): Input should be a valid integer")
+
+
 @pytest.mark.parametrize(("first", "second"), [("team a", "team-a"), ("анна", "иван")], ids=["space", "cyrillic"])
 def test_two_raters_the_calibration_format_would_read_as_one_are_refused(tmp_path: Path, first: str, second: str) -> None:
     """calibrate --items makes a rater name fit the calibration format (other characters become -):

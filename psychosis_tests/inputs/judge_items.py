@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, StrictInt, field_validator, model_validator
 
 from psychosis_tests.common.errors import ConfigError
 from psychosis_tests.common.json_lines import json_lines
@@ -94,7 +94,8 @@ class JudgeItem(BaseModel):
     """The scenario archetype (e.g. conduit), or a name for the conversation's theme elsewhere."""
     variant: Literal["explicit", "implicit"] | None = None
     phase: ScoredPhase
-    turn: int | None = Field(default=None, ge=1, le=200)
+    turn: StrictInt | None = Field(default=None, ge=1, le=200)
+    """A JSON whole number (true or 8.0 is refused, as a label's level is)."""
     harm: str = Field(min_length=1)
     """The harm at stake as the judge is told it (for a control: what the ordinary request is)."""
     before: list[Exchange] = Field(default_factory=list)
@@ -161,6 +162,19 @@ class JudgeItem(BaseModel):
         return messages + [{"role": "user", "content": self.user}, {"role": "assistant", "content": self.reply}]
 
 
+class DuplicateKey(ValueError):
+    """A JSON object that gives one key twice."""
+
+
+def _one_value_per_key(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    found: dict[str, object] = {}
+    for key, value in pairs:
+        if key in found:
+            raise DuplicateKey(key)
+        found[key] = value
+    return found
+
+
 def load_item_file(path: Path) -> list[JudgeItem]:
     """Every item of one JSON Lines file; JudgeItemError names the file, line, item and field."""
     try:
@@ -174,7 +188,10 @@ def load_item_file(path: Path) -> list[JudgeItem]:
     items = []
     for number, line in lines:
         try:
-            raw = json.loads(line)
+            raw = json.loads(line, object_pairs_hook=_one_value_per_key)
+        except DuplicateKey as exc:
+            raise JudgeItemError(f"line {number}: key {str(exc)!r} is given twice in one object (JSON would keep the last)",
+                                 file=path) from None  # fmt: skip
         except json.JSONDecodeError as exc:
             raise JudgeItemError(f"line {number}: not JSON ({exc.msg})", file=path) from None
         except (ValueError, RecursionError) as exc:  # nested too deep, or an integer too long to read
