@@ -54,6 +54,15 @@ def test_an_item_file_without_items_stops_the_load(tmp_path: Path, text: str) ->
     assert str(caught.value) == f"{path}: no items in this file (one JSON object per line)"
 
 
+def test_an_item_file_given_twice_is_refused_as_such(tmp_path: Path) -> None:
+    """It was refused as an item id used in the file itself too."""
+    path = tmp_path / "items.jsonl"
+    path.write_text(json.dumps(ITEM) + "\n", encoding="utf-8")
+    with pytest.raises(JudgeItemError) as caught:
+        load_items([path, tmp_path])
+    assert str(caught.value) == f"{path}: this item file is given twice"
+
+
 def test_a_key_given_twice_in_an_item_is_refused(tmp_path: Path) -> None:
     """JSON keeps the last value of a key given twice: a second "reply" replaced the first unseen."""
     path = tmp_path / "items.jsonl"

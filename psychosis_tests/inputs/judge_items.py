@@ -221,7 +221,12 @@ def load_items_with_files(paths: Iterable[Path]) -> list[tuple[Path, JudgeItem]]
             files.append(path)
     items: list[tuple[Path, JudgeItem]] = []
     where: dict[str, Path] = {}
+    named: dict[Path, Path] = {}
     for file in files:
+        first = named.setdefault(file.resolve(), file)
+        if first is not file:  # else every item of it would be "used in the same file too"
+            also = f" (also as {first})" if str(first) != str(file) else ""
+            raise JudgeItemError(f"this item file is given twice{also}", file=file)
         for item in load_item_file(file):
             if item.id in where:
                 raise JudgeItemError(f"item id {item.id!r} is used in {where[item.id]} too", file=file, field="id")
