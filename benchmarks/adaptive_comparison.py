@@ -40,7 +40,8 @@ def run(name: str, extra: list[str], folder: Path) -> list[str]:
     """One configuration's rows."""
     report_dir = folder / name.replace(", ", "-").replace(" ", "")
     args = [sys.executable, "-m", "pytest", str(BENCHMARK_MODULE), "-q", "-p", "no:cacheprovider",
-            f"--report-dir={report_dir}", "--cache-mode=off", "--judge", "reference/judge", *extra]
+            f"--report-dir={report_dir}", "--cache-mode=off", "--judge", "reference/judge",
+            "-k", "not control", *extra]  # the comparison is on the 16 delusion scenarios, as documented
     for model in MODELS:
         args += ["--model", model]
     done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True,
