@@ -3,7 +3,7 @@
     python benchmarks/cascade_sweep.py                                   # trained -> reference/judge-gold
     python benchmarks/cascade_sweep.py --escalate-to local               # trained -> the embedded generative judge
     python benchmarks/cascade_sweep.py --escalate-to ID --models-file F  # trained -> any judge of a models file
-    python benchmarks/cascade_sweep.py --escalate-to local --cache-path DIR  # keep the judge's answers for a rerun
+    python benchmarks/cascade_sweep.py --escalate-to local --cache-path FILE  # keep the judge's answers for a rerun
 
 The escalation judge scores every calibration item once, through `calibrate` (the benchmark's own
 judge path; its answers.jsonl), and the trained judge gives its level and probability per metric
@@ -238,7 +238,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--escalate-to", default="reference/judge-gold", metavar="ID")
     parser.add_argument("--models-file", metavar="PATH")
-    parser.add_argument("--cache-path", metavar="PATH", help="a response cache for the escalation judge's answers (default: none)")
+    parser.add_argument("--cache-path", metavar="PATH", help="a response cache file (SQLite) for the escalation judge's answers (default: none)")
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="cascade-sweep-"))
     on_calibration = calibration_simulation(args.escalate_to, args.models_file, scratch, args.cache_path)
