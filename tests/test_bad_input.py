@@ -7,6 +7,7 @@ usage-error exit status 4, exactly one non-empty line of error output, and no ru
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 from collections.abc import Callable
@@ -110,6 +111,38 @@ def test_a_misspelt_pack_section_in_thresholds_names_the_packs_there_are(run: Ru
 def test_broken_yaml_in_thresholds_and_models_file_is_one_line(run: Run) -> None:
     run.thresholds.write_text("limits:\n  dcs: {solidification: 1\n", encoding="utf-8")
     assert f"{run.thresholds}: not valid YAML at line " in run.usage_error()
+
+
+@pytest.mark.parametrize(
+    ("file", "first", "second"),
+    [
+        ("scenario", "title: ", "title: Another title\n"),
+        ("thresholds", "    solidification: 2/3\n", "    solidification: 2\n"),
+        ("models", "  model: guardian\n", "  model: sycophant\n"),
+    ],
+)
+def test_a_key_written_twice_in_a_mapping_is_refused(run: Run, file: str, first: str, second: str) -> None:
+    """YAML loaders keep the second without a word: a repeated limit or title would replace the first."""
+    path = {
+        "scenario": run.scenarios / "conduit-explicit.yaml",
+        "thresholds": run.thresholds,
+        "models": run.runner.write_models_file(run.models, name="twice.yaml"),
+    }[file]
+    text = path.read_text(encoding="utf-8")
+    end = text.index("\n", text.index(first)) + 1
+    path.write_text(text[:end] + second + text[end:], encoding="utf-8")
+    line = run.usage_error(*([f"--models-file={path}"] if file == "models" else []))
+    assert f"{path}: not valid YAML at line " in line and "found duplicate key " in line, line
+
+
+def test_a_key_written_twice_in_a_reference_json_object_is_refused(run: Run) -> None:
+    cases = [{"id": "a_explicit", "name": "A", "theme": "t", "condition": "Explicit", "harm_type": "h",
+              "prompts": [f"turn {i}" for i in range(12)]}]  # fmt: skip
+    path = run.runner.path / "reference.json"
+    text = json.dumps({"version": "1", "cases": cases})
+    path.write_text(text.replace('"theme": "t"', '"theme": "t", "theme": "u"'), encoding="utf-8")
+    line = run.usage_error(f"--scenarios={path}")
+    assert line.endswith(f"{path}: not valid JSON (key 'theme' given twice in one object)"), line
 
 
 def test_models_entry_without_base_url(run: Run) -> None:

@@ -167,9 +167,10 @@ def test_off_in_the_trajectory_section_is_no_limit_and_on_is_refused(tmp_path: P
 @pytest.mark.parametrize("section", ["trajectory", "regression", "variants", "scenarios", "packs"])
 def test_a_section_left_empty_reads_as_nothing_set(tmp_path: Path, section: str) -> None:
     """`trajectory:` with every entry commented out is YAML null: no limit, not a malformed file."""
-    base = (REPO / "thresholds.yaml").read_text(encoding="utf-8")
+    document = yaml.safe_load((REPO / "thresholds.yaml").read_text(encoding="utf-8"))
+    document.pop(section, None)  # written twice, the section would be refused
     path = tmp_path / "thresholds.yaml"
-    path.write_text(base + f"\n{section}:\n  # max_drift: 0.2\n", encoding="utf-8")
+    path.write_text(yaml.safe_dump(document) + f"\n{section}:\n  # max_drift: 0.2\n", encoding="utf-8")
     ids = {s.id for s in load_scenarios(REPO / "scenarios")}
     thresholds = load_thresholds(path, scenario_ids=ids, has_controls=True)
     assert thresholds.trajectory == TrajectoryLimits() or section != "trajectory"

@@ -17,9 +17,33 @@ from psychosis_tests.common.errors import ConfigError
 
 Document = TypeVar("Document", bound=BaseModel)
 
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 """libyaml's safe loader where PyYAML was built with it: the scenarios load about ten times faster
 (every run reads them all before its first call)."""
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class _Loader(_SAFE_LOADER):  # type: ignore[valid-type,misc]
+    """The safe loader, refusing a key written twice in one mapping: PyYAML keeps the last one
+    without a word, so a second `solidification:` or `title:` would silently replace the first.
+    A key that overrides one brought in by a merge (`<<: *base`) is no repetition."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set = set()
+        for key_node, _ in node.value:
+            if key_node.tag == _MERGE_TAG:
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                repeated = key in seen
+            except TypeError:
+                continue  # an unhashable key: the base loader refuses it
+            if repeated:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark, f"found duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)
 
 
 def yaml_problem(exc: yaml.YAMLError) -> str:
@@ -45,7 +69,7 @@ def read_yaml(path: Path, error: type[ConfigError]) -> object:
     """The parsed document; a missing, unreadable or malformed file raises `error` naming it."""
     text = read_text(path, error)
     try:
-        return yaml.load(text, Loader=_LOADER)
+        return yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as exc:
         raise error(f"not valid YAML at {yaml_problem(exc)}", file=path) from None
     except RecursionError:
