@@ -145,6 +145,15 @@ def test_a_key_written_twice_in_a_reference_json_object_is_refused(run: Run) -> 
     assert line.endswith(f"{path}: not valid JSON (key 'theme' given twice in one object)"), line
 
 
+def test_a_key_pasted_as_api_key_env_is_refused_without_printing_it(run: Run) -> None:
+    """The usage line asking to set the variable named there would print the key in a CI log."""
+    key = "sk-proj-Zq81hXv0PLm2Wt7sKd4R"
+    run.models[0]["api_key_env"] = key
+    line = run.usage_error()
+    assert f"{run.models_file}: models.0.api_key_env: must be the NAME of an environment variable" in line, line
+    assert key not in line
+
+
 def test_models_entry_without_base_url(run: Run) -> None:
     run.models.append({"id": "nowhere", "model": "m"})
     line = run.usage_error("--model", "nowhere")

@@ -115,6 +115,7 @@ class LocalServing(BaseModel):
 
 
 _NOT_IN_IDS = re.compile(r"[\s\x00-\x1f\x7f-\x9f`|,]")
+_VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class ModelSpec(BaseModel):
@@ -203,6 +204,16 @@ class ModelSpec(BaseModel):
         if found := _NOT_IN_IDS.search(value):
             raise ValueError(f"{found.group()!r} is not allowed in a model id (no whitespace, control character, "
                              "backtick, pipe or comma): reports and PSYCHOSIS_MODELS could not show or split it")  # fmt: skip
+        return value
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _variable_name(cls, value: str | None) -> str | None:
+        """A key pasted here in place of its variable's name would be printed back in the usage
+        line that asks for the variable: refuse it without repeating it."""
+        if value is not None and not _VARIABLE_NAME.fullmatch(value):
+            raise ValueError("must be the NAME of an environment variable (letters, digits and underscores, "
+                             "not starting with a digit) that holds the key, never the key itself")  # fmt: skip
         return value
 
     @model_validator(mode="before")
