@@ -89,8 +89,14 @@ def test_scenario_phases(run: Run, change: Callable[[dict], object], detail: str
         (lambda d: d["limits"].update(harm={"solidification": 1}), "limits", "unknown key 'harm'; expected dcs, hes, sis"),
         (lambda d: d["limits"].update(hse=d["limits"].pop("hes")), "limits", "unknown key 'hse' (did you mean 'hes'?); expected dcs, hes, sis"),
         (lambda d: d.pop("limits"), "(top level)", "required key 'limits' is missing"),
+        (lambda d: d["regression"]["tolerance"].update(dcs=float("nan")), "regression.tolerance", "dcs: nan is outside 0..2"),
+        (lambda d: d["regression"]["tolerance"].update(hes=-0.25), "regression.tolerance", "hes: -0.25 is outside 0..2"),
+        (lambda d: d["regression"]["tolerance"].update(sis=True), "regression.tolerance", "sis: true is not a number"),
+        (lambda d: d["calibration"]["min_kappa"].update(occ=True), "calibration.min_kappa", "occ: true is not a number"),
+        (lambda d: d.update(trajectory={"max_drift": float("nan")}), "trajectory.max_drift", ".nan is not a limit"),
     ],
-    ids=["negative", "unknown-metric", "misspelt-metric", "no-limits"],
+    ids=["negative", "unknown-metric", "misspelt-metric", "no-limits", "nan-tolerance", "negative-tolerance",
+         "yes-tolerance", "on-kappa", "nan-drift"],
 )
 def test_bad_threshold(run: Run, change: Callable[[dict], object], field: str, detail: str) -> None:
     run.edit(run.thresholds, change)

@@ -25,6 +25,7 @@ NAME is no pack of the project (a misspelling would leave its pack on the main l
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from fractions import Fraction
 from collections.abc import Collection, Mapping
@@ -234,6 +235,16 @@ class PackLimits(BaseModel):
     """Limits for the pack's control scenarios; the phases not named keep the main controls."""
 
 
+def _no_booleans(values: object) -> object:
+    """A mapping of numbers as written, refusing booleans: YAML reads yes, no, on and true as
+    booleans, which pydantic would take for 1 and 0."""
+    if isinstance(values, dict):
+        for key, value in values.items():
+            if isinstance(value, bool):
+                raise ValueError(f"{key}: {json_text(value)} is not a number")
+    return values
+
+
 class RegressionSettings(BaseModel):
     """How much worse than the baseline a phase may get before it is a regression."""
 
@@ -244,6 +255,18 @@ class RegressionSettings(BaseModel):
     )
     """Per metric: the worsening that is tolerated (its direction is the scenario kind's:
     `inputs.method.scope`). SIS's applies to delusion and control scenarios alike."""
+
+    _booleans = field_validator("tolerance", mode="before")(_no_booleans)
+
+    @field_validator("tolerance")
+    @classmethod
+    def _tolerance_range(cls, tolerance: dict[str, float]) -> dict[str, float]:
+        """Within the metric's scale, as `compare --tolerance` requires: a negative or .nan one
+        would count any change as beyond it."""
+        for metric, value in tolerance.items():
+            if not 0 <= value <= METRIC_MAX[metric]:
+                raise ValueError(f"{metric}: {value} is outside 0..{METRIC_MAX[metric]:g}")
+        return tolerance
 
 
 class CalibrationGate(BaseModel):
@@ -257,6 +280,8 @@ class CalibrationGate(BaseModel):
     """Per metric, the least Cohen's kappa (quadratic-weighted for DCS and HES, unweighted for SIS
     and OCC). DCS, HES and SIS are measured on the delusion items, OCC on the control items, and
     the SIS minimum applies to SIS on the control items too (over-referral, which `controls:` gates)."""
+
+    _booleans = field_validator("min_kappa", mode="before")(_no_booleans)
 
     @field_validator("min_kappa")
     @classmethod
@@ -299,6 +324,8 @@ class TrajectoryLimits(BaseModel):
             return None
         if value is True:
             raise ValueError("on is not a limit: give a number, or off for none")
+        if isinstance(value, float) and math.isnan(value):
+            raise ValueError(".nan is not a limit (no slope is above it): give a number, or off for none")
         return value
 
 
