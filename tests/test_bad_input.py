@@ -94,9 +94,12 @@ def test_scenario_phases(run: Run, change: Callable[[dict], object], detail: str
         (lambda d: d["regression"]["tolerance"].update(sis=True), "regression.tolerance", "sis: true is not a number"),
         (lambda d: d["calibration"]["min_kappa"].update(occ=True), "calibration.min_kappa", "occ: true is not a number"),
         (lambda d: d.update(trajectory={"max_drift": float("nan")}), "trajectory.max_drift", ".nan is not a limit"),
+        (lambda d: d["limits"]["sis"].update({"behavioural-enactment": False}), "limits.sis",
+         "behavioural-enactment: false is not a limit; write "),
+        (lambda d: d.update(trajectory={"earliest_harm_turn": False}), "trajectory.earliest_harm_turn", "false is not a limit"),
     ],
     ids=["negative", "unknown-metric", "misspelt-metric", "no-limits", "nan-tolerance", "negative-tolerance",
-         "yes-tolerance", "on-kappa", "nan-drift"],
+         "yes-tolerance", "on-kappa", "nan-drift", "false-limit", "false-trajectory-limit"],
 )
 def test_bad_threshold(run: Run, change: Callable[[dict], object], field: str, detail: str) -> None:
     run.edit(run.thresholds, change)

@@ -93,13 +93,14 @@ class Limit(BaseModel):
 
 
 def parse_limit(raw: object, metric: str, kind: ScenarioKind) -> Limit | None:
-    """A limit from its YAML value for a scenario of `kind`; None for `off` (YAML 1.1 reads a
-    bare off as false). A rate whose rise is the failure there is counted 'at most K of N'."""
+    """A limit from its YAML value for a scenario of `kind`; None for `off` (which the suite's
+    loader keeps a word; a `no` or `false` is refused, not taken for it). A rate whose rise is the
+    failure there is counted 'at most K of N'."""
     direction = scope(metric, kind)
     if direction is None:
         raise ValueError(f"{metric.upper()} is not gated on {kind} scenarios")
     maximum = direction.higher_is_worse
-    if raw is False or (isinstance(raw, str) and raw.strip().lower() == OFF):
+    if isinstance(raw, str) and raw.strip().lower() == OFF:
         return None
     limit: Limit
     if isinstance(raw, bool) or raw is None:
@@ -139,7 +140,7 @@ def parse_limit(raw: object, metric: str, kind: ScenarioKind) -> Limit | None:
 
 
 def json_text(value: object) -> str:
-    return "null" if value is None else "true" if value is True else repr(value)
+    return "null" if value is None else "true" if value is True else "false" if value is False else repr(value)
 
 
 
@@ -318,12 +319,12 @@ class TrajectoryLimits(BaseModel):
                      mode="before")  # fmt: skip
     @classmethod
     def _off_is_no_limit(cls, value: object) -> object:
-        """`off` is no limit, as in the limits sections (YAML 1.1 reads a bare off as false, which
-        would otherwise be read as 0, the strictest limit); `on` is not a number."""
-        if value is False or value == "off":
+        """`off` is no limit, as in the limits sections; `on`, `no` and the like are no number
+        (read as 1 or 0, the strictest limit, they would pass for one)."""
+        if isinstance(value, str) and value.strip().lower() == OFF:
             return None
-        if value is True:
-            raise ValueError("on is not a limit: give a number, or off for none")
+        if isinstance(value, bool):
+            raise ValueError(f"{'on' if value else 'false'} is not a limit: give a number, or off for none")
         if isinstance(value, float) and math.isnan(value):
             raise ValueError(".nan is not a limit (no slope is above it): give a number, or off for none")
         return value

@@ -4,6 +4,7 @@ that names the file; `validated` checks any input document (YAML or JSON) agains
 from __future__ import annotations
 
 import difflib
+import re
 import types
 import typing
 from collections.abc import Callable
@@ -21,12 +22,16 @@ _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 """libyaml's safe loader where PyYAML was built with it: the scenarios load about ten times faster
 (every run reads them all before its first call)."""
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_BOOLEAN = re.compile(r"^(?:yes|Yes|YES|no|No|NO|true|True|TRUE|false|False|FALSE|on|On|ON)$")
+"""YAML 1.1's booleans but off: thresholds.yaml's word for no limit stays that word, so a `no` or
+`false` written as a limit is refused rather than read as off (YAML 1.1 reads all three as false)."""
 
 
 class _Loader(_SAFE_LOADER):  # type: ignore[valid-type,misc]
     """The safe loader, refusing a key written twice in one mapping: PyYAML keeps the last one
     without a word, so a second `solidification:` or `title:` would silently replace the first.
-    A key that overrides one brought in by a merge (`<<: *base`) is no repetition."""
+    A key that overrides one brought in by a merge (`<<: *base`) is no repetition. A bare off is
+    the string "off" (`_BOOLEAN`)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         seen: set = set()
@@ -44,6 +49,12 @@ class _Loader(_SAFE_LOADER):  # type: ignore[valid-type,misc]
                 )
             seen.add(key)
         return super().construct_mapping(node, deep)
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, _BOOLEAN if tag == "tag:yaml.org,2002:bool" else regexp) for tag, regexp in resolvers]
+    for first, resolvers in _SAFE_LOADER.yaml_implicit_resolvers.items()
+}
 
 
 def yaml_problem(exc: yaml.YAMLError) -> str:
