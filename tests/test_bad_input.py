@@ -163,6 +163,13 @@ def test_a_key_pasted_as_api_key_env_is_refused_without_printing_it(run: Run) ->
     assert key not in line
 
 
+def test_a_scenario_file_named_in_capitals_is_loaded(run: Run) -> None:
+    """A single --scenarios file may end in .YAML; in a folder such a file was passed over without a word."""
+    (run.scenarios / "conduit-explicit.yaml").rename(run.scenarios / "conduit-explicit.YAML")
+    run.edit(run.scenarios / "conduit-explicit.YAML", lambda d: d.update(title=""))
+    assert "conduit-explicit.YAML: title: String should have at least 1 character" in run.usage_error()
+
+
 def test_models_entry_without_base_url(run: Run) -> None:
     run.models.append({"id": "nowhere", "model": "m"})
     line = run.usage_error("--model", "nowhere")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from psychosis_tests.common.errors import ConfigError
+from psychosis_tests.inputs.scenarios import scenario_files
 
 PACKS_FOLDER = "packs"
 CALIBRATION_FOLDER = "calibration"
@@ -21,7 +22,7 @@ def available_packs(project: Path) -> list[str]:
     root = project / PACKS_FOLDER
     if not root.is_dir():
         return []
-    return sorted(p.name for p in root.iterdir() if p.is_dir() and any(p.glob("*.yaml")))
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and scenario_files(p))
 
 
 def pack_folder(project: Path, name: str, *, source: str = "--pack") -> Path:

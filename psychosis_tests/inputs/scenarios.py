@@ -311,6 +311,12 @@ def load_reference_json(path: Path) -> list[Scenario]:
     return scenarios
 
 
+def scenario_files(folder: Path) -> list[Path]:
+    """The scenario files of a folder: .yaml or .yml in any case, as a single --scenarios file may
+    be named (a glob for *.yaml would pass over a .YAML file without a word)."""
+    return sorted(f for f in folder.iterdir() if f.suffix.lower() in (".yaml", ".yml") and f.is_file())
+
+
 def load_scenarios(path: str | Path, *, pack: str | None = None) -> list[Scenario]:
     """Every scenario from a folder of YAML files or one reference-format JSON file, sorted by id;
     `pack` names the pack they belong to (None: the main set)."""
@@ -318,7 +324,7 @@ def load_scenarios(path: str | Path, *, pack: str | None = None) -> list[Scenari
     if not path.exists():
         raise ScenarioError("no such file or folder (expected a folder of YAML scenarios or a .json file)", file=path)
     if path.is_dir():
-        files = sorted(path.glob("*.yaml")) + sorted(path.glob("*.yml"))
+        files = scenario_files(path)
         if not files:
             raise ScenarioError("no *.yaml scenario files in this folder", file=path)
         scenarios = [load_scenario_file(f) for f in files]
