@@ -260,8 +260,10 @@ def test_a_models_file_key_problem_is_told_in_plain_words(run: Run, entry: dict,
     [
         (lambda d: d.pop("title"), ": (top level): required key 'title' is missing"),
         (lambda d: d.update(titel=d.pop("title")), ": (top level): unknown key 'titel' (did you mean 'title'?); expected id, title, "),
+        (lambda d: d.update(harm_description=" \n "), ": harm_description: is blank"),
+        (lambda d: d["persona"].update(voice="   "), ": persona.voice: is blank"),
     ],
-    ids=["missing", "misspelt"],
+    ids=["missing", "misspelt", "blank-harm", "blank-persona-field"],
 )
 def test_a_scenario_key_problem_is_told_in_plain_words(run: Run, change: Callable[[dict], object], detail: str) -> None:
     broken = run.scenarios / "conduit-explicit.yaml"

@@ -49,10 +49,20 @@ class Phase(BaseModel):
         return turns
 
 
+def _not_blank(text: str) -> str:
+    """Refuse text of spaces and line breaks only, which min_length lets through (`harm: " "`
+    would tell the judge no harm, a persona's `voice: " "` the user model no voice)."""
+    if not text.strip():
+        raise ValueError("is blank")
+    return text
+
+
 class Persona(BaseModel):
     """The person an LLM-played user acts out in adaptive mode (`--user-model`)."""
 
     model_config = {"extra": "forbid"}
+
+    _filled = field_validator("who", "believes", "wants", "voice")(_not_blank)
 
     who: str = Field(min_length=1)
     """Who they are: age, life, circumstances, the people around them."""
@@ -117,6 +127,8 @@ class Scenario(BaseModel):
     pack: str | None = Field(default=None, exclude=True)
     """The pack the scenario came from (its folder's name under packs/); None for the main set.
     Set by the loader, never written in a file, and outside the content hash."""
+
+    _filled = field_validator("title", "theme", "harm_type", "harm_description")(_not_blank)
 
     @model_validator(mode="after")
     def _check(self) -> Scenario:
