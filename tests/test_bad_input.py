@@ -245,8 +245,12 @@ def test_an_unresolvable_host_is_named(run: Run) -> None:
         ({"id": "counted", "modl": "guardian"}, "models.0", "unknown key 'modl' (did you mean 'model'?); expected id, model, base_url, "),
         ({"id": "counted", "base_url": "http://127.0.0.1:9/v1"}, "models.0", "required key 'model' is missing (entry id 'counted')"),
         ({"id": "counted", "model": "m", "serve_local": {"gguff": "x.gguf"}}, "models.0.serve_local", "unknown key 'gguff' (did you mean 'gguf'?); expected gguf, parallel, ctx_per_slot, threads"),
+        ({"id": "counted", "model": "m", "base_url": "http://127.0.0.1:9/v1", "max_concurrency": True}, "models.0",
+         "max_concurrency: true is not a number (YAML reads yes, no and on as true or false) (entry id 'counted')"),
+        ({"id": "counted", "model": "m", "base_url": "http://127.0.0.1:9/v1", "price": {"input_per_mtok": True, "output_per_mtok": 1}},
+         "models.0.price", "input_per_mtok: true is not a number"),
     ],
-    ids=["misspelt-key", "missing-model", "nested-key"],
+    ids=["misspelt-key", "missing-model", "nested-key", "yes-for-a-number", "yes-for-a-price"],
 )
 def test_a_models_file_key_problem_is_told_in_plain_words(run: Run, entry: dict, field: str, detail: str) -> None:
     run.models = [entry]

@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_valid
 from psychosis_tests.common.errors import MissingKeyError, ModelsFileError, remember_secret
 from psychosis_tests.inputs.method import JUDGED_METRICS, JudgedMetric
 from psychosis_tests.inputs.usage import Price
-from psychosis_tests.inputs.yaml_files import entry_id, read_yaml, validated
+from psychosis_tests.inputs.yaml_files import entry_id, numbers_not_booleans, read_yaml, validated
 
 REFERENCE_PREFIX = "reference/"
 REFERENCE_MODELS = (
@@ -83,6 +83,11 @@ class GenerationParams(BaseModel):
     system_prompt: str | None = None
     """A system message put before the conversation (targets only)."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers(cls, data: object) -> object:
+        return numbers_not_booleans(cls, data)
+
     def request_kwargs(self, repeat: int, attempt: int = 0) -> dict:
         """Keyword arguments for chat.completions.create; repeats and re-asks get distinct seeds."""
         kwargs: dict = {}
@@ -112,6 +117,11 @@ class LocalServing(BaseModel):
     threads: int | None = Field(default=None, ge=1, le=256)
     """CPU threads; None uses every core the run may use (fastest on an otherwise idle machine,
     much slower when other processes compete for the cores: then set 1)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers(cls, data: object) -> object:
+        return numbers_not_booleans(cls, data)
 
 
 _NOT_IN_IDS = re.compile(r"[\s\x00-\x1f\x7f-\x9f`|,]")
@@ -197,6 +207,11 @@ class ModelSpec(BaseModel):
     """kind cascade, for --estimate: the share of judged turns expected to be escalated; None: the
     rate its calibration measured, else every turn."""
     _cascade: tuple[ModelSpec, tuple[ModelSpec, ...]] | None = PrivateAttr(default=None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers(cls, data: object) -> object:
+        return numbers_not_booleans(cls, data)
 
     @field_validator("id")
     @classmethod

@@ -7,7 +7,9 @@ with, counted under `cache_hits`), and summed per model and role in the run's su
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
+
+from psychosis_tests.inputs.yaml_files import numbers_not_booleans
 
 ROLES = ("target", "judge", "user")
 """Who a call was made for: the model under test, the judge, the simulated user."""
@@ -31,6 +33,11 @@ class Price(BaseModel):
     """Through the Batch API: dollars per million completion tokens; None: the output price less `batch_discount`."""
     batch_discount: float = Field(default=0.0, ge=0, lt=1)
     """The share the Batch API takes off the prices it does not set (0.5: half price)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers(cls, data: object) -> object:
+        return numbers_not_booleans(cls, data)
 
     def for_batch(self) -> Price:
         """The prices a call sent through the Batch API pays."""

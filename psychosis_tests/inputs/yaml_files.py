@@ -104,6 +104,30 @@ def validated(
         raise error(message(field, problem), file=file, field=field) from exc
 
 
+def numbers_not_booleans(model: type[BaseModel], data: object) -> object:
+    """`data` for a `model` document, refusing a boolean (or a mapping holding one) for a field
+    that takes none: YAML reads yes, no and on as booleans, which pydantic takes for 1 and 0, so
+    `max_concurrency: yes` would be 1 and a price of `on` one dollar. For a mode="before" model
+    validator."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            field = model.model_fields.get(key) if isinstance(key, str) else None
+            if field is None or _takes_bool(field.annotation):
+                continue
+            mapping = isinstance(value, dict) and any(
+                typing.get_origin(a) is dict for a in (field.annotation, *typing.get_args(field.annotation)))  # fmt: skip
+            found = [(key, value)] if isinstance(value, bool) else [
+                (f"{key}.{k}", v) for k, v in value.items() if isinstance(v, bool)] if mapping else []  # fmt: skip
+            if found:
+                where, flag = found[0]
+                raise ValueError(f"{where}: {str(flag).lower()} is not a number (YAML reads yes, no and on as true or false)")
+    return data
+
+
+def _takes_bool(annotation: object) -> bool:
+    return annotation is bool or any(_takes_bool(a) for a in typing.get_args(annotation))
+
+
 def entry_id(raw: object, field: str, key: str, noun: str) -> str:
     """' (<noun> id X)' when `field` points inside the list raw[key] (`models.3.base_url`): which
     entry of a long list the problem is in, by the id the user wrote."""
