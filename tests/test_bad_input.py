@@ -249,8 +249,10 @@ def test_an_unresolvable_host_is_named(run: Run) -> None:
          "max_concurrency: true is not a number (YAML reads yes, no and on as true or false) (entry id 'counted')"),
         ({"id": "counted", "model": "m", "base_url": "http://127.0.0.1:9/v1", "price": {"input_per_mtok": True, "output_per_mtok": 1}},
          "models.0.price", "input_per_mtok: true is not a number"),
+        ({"id": "counted", "model": "m", "base_url": "http://127.0.0.1:9/v1", "price": {"input_per_mtok": 1, "output_per_mtok": float("inf")}},
+         "models.0.price.output_per_mtok", "Input should be a finite number"),
     ],
-    ids=["misspelt-key", "missing-model", "nested-key", "yes-for-a-number", "yes-for-a-price"],
+    ids=["misspelt-key", "missing-model", "nested-key", "yes-for-a-number", "yes-for-a-price", "infinite-price"],
 )
 def test_a_models_file_key_problem_is_told_in_plain_words(run: Run, entry: dict, field: str, detail: str) -> None:
     run.models = [entry]

@@ -16,20 +16,21 @@ ROLES = ("target", "judge", "user")
 
 
 class Price(BaseModel):
-    """A model's price in US dollars per million tokens (`price:` on a models-file entry)."""
+    """A model's price in US dollars per million tokens (`price:` on a models-file entry); finite,
+    as a cost of inf dollars cannot be written to results.json."""
 
     model_config = {"extra": "forbid"}
 
-    input_per_mtok: float = Field(ge=0)
+    input_per_mtok: float = Field(ge=0, allow_inf_nan=False)
     """Dollars per million prompt tokens."""
-    output_per_mtok: float = Field(ge=0)
+    output_per_mtok: float = Field(ge=0, allow_inf_nan=False)
     """Dollars per million completion tokens."""
-    cached_input_per_mtok: float | None = Field(default=None, ge=0)
+    cached_input_per_mtok: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     """Dollars per million prompt tokens the endpoint served from its prompt cache; None: the input price."""
-    batch_input_per_mtok: float | None = Field(default=None, ge=0)
+    batch_input_per_mtok: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     """Through the provider's Batch API (`batch: true`): dollars per million prompt tokens; None:
     the input price less `batch_discount`."""
-    batch_output_per_mtok: float | None = Field(default=None, ge=0)
+    batch_output_per_mtok: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     """Through the Batch API: dollars per million completion tokens; None: the output price less `batch_discount`."""
     batch_discount: float = Field(default=0.0, ge=0, lt=1)
     """The share the Batch API takes off the prices it does not set (0.5: half price)."""
