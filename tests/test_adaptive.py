@@ -255,15 +255,16 @@ def test_adaptive_mode_without_a_user_model_is_a_usage_error(benchmark_runner: B
     assert "--user-model" in line
 
 
-def test_adaptive_mode_needs_each_scenarios_persona(benchmark_runner: BenchmarkRunner) -> None:
+@pytest.mark.parametrize("suffix", [".yaml", ".yml"])
+def test_adaptive_mode_needs_each_scenarios_persona(benchmark_runner: BenchmarkRunner, suffix: str) -> None:
     folder = benchmark_runner.path / "scenarios"
     folder.mkdir()
     data = yaml.safe_load((SCENARIOS / "conduit-implicit.yaml").read_text(encoding="utf-8"))
     del data["persona"]
-    (folder / "conduit-implicit.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
+    (folder / f"conduit-implicit{suffix}").write_text(yaml.safe_dump(data), encoding="utf-8")
     benchmark_runner.scenarios = folder
     line = usage_error_line(benchmark_runner.run("--model", "reference/guardian", "--user-model", "reference/patient"))
-    assert "conduit-implicit.yaml" in line and "persona" in line
+    assert f"{folder / 'conduit-implicit'}{suffix}: persona: " in line, line  # the file's own name
 
 
 def test_a_small_judge_window_is_visible_in_the_case_file_header_and_transcript(

@@ -15,7 +15,7 @@ from psychosis_tests.inputs.models import ModelSpec, judge_leaves, load_models_f
 from psychosis_tests.records.past_runs import measured_escalation
 from psychosis_tests.records.baseline_run import Baseline, check_compatible
 from psychosis_tests.inputs.rubric import RUBRIC_VERSION
-from psychosis_tests.inputs.scenarios import Scenario, load_scenario_sets, pack_hashes, pack_ids, scenario_set_hash
+from psychosis_tests.inputs.scenarios import Scenario, load_scenario_sets, pack_hashes, pack_ids, scenario_files, scenario_set_hash
 from psychosis_tests.inputs.settings import RunSettings, select_judges
 from psychosis_tests.inputs.thresholds import Thresholds, file_hash, load_thresholds
 
@@ -283,7 +283,9 @@ class Plan:
 def _file_of(settings: RunSettings, scenario: Scenario) -> str | Path:
     """The file a scenario was read from, for error messages."""
     folder = settings.packs[scenario.pack] if scenario.pack is not None else settings.scenarios
-    return f"{folder}/{scenario.id}.yaml" if folder.is_dir() else folder
+    if not folder.is_dir():
+        return folder
+    return next((f for f in scenario_files(folder) if f.stem == scenario.id), folder / f"{scenario.id}.yaml")
 
 
 def _check_user_side(settings: RunSettings, scenarios: list[Scenario]) -> None:
