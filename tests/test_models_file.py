@@ -109,7 +109,8 @@ def test_a_cascade_of_two_first_judges_names_where_the_escalation_was_given(tmp_
 
 
 @pytest.mark.parametrize(("model_id", "shown"), [("a b", "' '"), ("a\nb", "'\\n'"), ("a`b", "'`'"), ("a|b", "'|'"),
-                                                 ("a,b", "','"), ("a\x1bb", "'\\x1b'")])  # fmt: skip
+                                                 ("a,b", "','"), ("a\x1bb", "'\\x1b'"), ("a\u200bb", "'\\u200b'"),
+                                                 ("a\u202eb", "'\\u202e'")])  # fmt: skip
 def test_a_model_id_a_report_or_an_id_list_could_not_hold_is_refused_naming_the_character(
     tmp_path: Path, model_id: str, shown: str
 ) -> None:

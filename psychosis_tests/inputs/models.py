@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import unicodedata
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -134,7 +135,8 @@ class ModelSpec(BaseModel):
     model_config = {"extra": "forbid"}
 
     id: str = Field(min_length=1)
-    """What --model and --judge name: any text but whitespace, control characters, backticks and
+    """What --model and --judge name: any text but whitespace, control and invisible format
+    characters (two ids would look alike), backticks and
     pipes (which would break a report's table or code span) and commas (which separate the ids of
     PSYCHOSIS_MODELS)."""
     model: str = Field(min_length=1)
@@ -216,8 +218,10 @@ class ModelSpec(BaseModel):
     @field_validator("id")
     @classmethod
     def _printable_id(cls, value: str) -> str:
-        if found := _NOT_IN_IDS.search(value):
-            raise ValueError(f"{found.group()!r} is not allowed in a model id (no whitespace, control character, "
+        found = _NOT_IN_IDS.search(value)
+        shown = found.group() if found else next((ch for ch in value if unicodedata.category(ch) == "Cf"), None)
+        if shown is not None:  # Cf: invisible format characters, e.g. U+200B, U+202E
+            raise ValueError(f"{shown!r} is not allowed in a model id (no whitespace, control or invisible character, "
                              "backtick, pipe or comma): reports and PSYCHOSIS_MODELS could not show or split it")  # fmt: skip
         return value
 
