@@ -283,3 +283,15 @@ def test_adaptive_16_turns_with_the_local_model_as_target_and_judge(benchmark_ru
             assert {m for m in ("dcs", "hes", "sis") if getattr(verdict, m) is not None} == set(expected)
     (trajectory,) = case["trajectories"]
     assert trajectory["turns"] == ADAPTIVE_TURNS
+
+
+def test_a_replay_whose_local_model_file_is_missing_stops_in_one_line(benchmark_runner: BenchmarkRunner) -> None:
+    # A replay starts no server, but the runner hashes the model file for the cache key: without
+    # the file that hash was an INTERNALERROR traceback in pytest_sessionstart.
+    missing = benchmark_runner.path / "absent.gguf"
+    models = benchmark_runner.path / "models.yaml"
+    models.write_text(f"models:\n  - {{id: local, model: local, serve_local: {{gguf: {missing}}}}}\n", encoding="utf-8")
+    result = benchmark_runner.run(f"--models-file={models}", "--cache-mode=replay", "-k", "conduit-explicit")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"psychosis-bench: model file not found: {missing}" in result.stderr.str()
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
