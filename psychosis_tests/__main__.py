@@ -21,7 +21,7 @@ from psychosis_tests.cli.calibration import add_calibrate_parser, add_review_par
 from psychosis_tests.cli.compare import add_compare_command, compare
 from psychosis_tests.cli.merge import add_merge_command, run_merge
 from psychosis_tests.cli.train_judge import add_train_judge_parser, train_judge
-from psychosis_tests.common.errors import ConfigError
+from psychosis_tests.common.errors import ConfigError, LocalModelError
 
 EXIT_BAD_INPUT = 2
 
@@ -43,7 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "train-judge": train_judge}
     try:
         return commands[args.command](args)
-    except ConfigError as exc:
+    except (ConfigError, LocalModelError) as exc:  # a judge's model file missing is bad input too
         print(f"psychosis-bench {args.command}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
 

@@ -624,3 +624,11 @@ def test_calibrate_on_a_cascade_escalating_to_a_panel_counts_a_panel_judge_that_
     escalated = result["escalation"]["escalated"]
     assert escalated > 0 and result["judge_failures"] == {"reference/judge-null": escalated}
     assert f"panel judge reference/judge-null failed on {escalated} item(s)" in done.stdout
+
+
+def test_calibrating_a_locally_served_judge_without_its_model_file_says_so_in_one_line(tmp_path: Path, fixture_set: Path) -> None:
+    missing = tmp_path / "absent.gguf"
+    models = tmp_path / "models.yaml"
+    models.write_text(f"models:\n  - {{id: gj, model: gj, serve_local: {{gguf: {missing}}}}}\n", encoding="utf-8")
+    done = _calibrate(tmp_path, "--judge", "gj", "--models-file", str(models), "--calibration", str(fixture_set))
+    assert (done.returncode, done.stderr) == (2, f"psychosis-bench calibrate: model file not found: {missing}\n")
