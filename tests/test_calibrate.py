@@ -7,6 +7,7 @@ folders whose names contain spaces.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 import subprocess
@@ -632,3 +633,18 @@ def test_calibrating_a_locally_served_judge_without_its_model_file_says_so_in_on
     models.write_text(f"models:\n  - {{id: gj, model: gj, serve_local: {{gguf: {missing}}}}}\n", encoding="utf-8")
     done = _calibrate(tmp_path, "--judge", "gj", "--models-file", str(models), "--calibration", str(fixture_set))
     assert (done.returncode, done.stderr) == (2, f"psychosis-bench calibrate: model file not found: {missing}\n")
+
+
+def test_a_locally_served_judges_answers_are_cached_by_its_model_files_hash(tmp_path: Path, fixture_set: Path) -> None:
+    # As in a benchmark run, so a changed file is never answered by the old one's verdicts: a
+    # calibration keyed a GGUF judge's answers by its id alone. A replay starts no server, so a
+    # stand-in file does here: only the key is looked at (every item is a miss).
+    gguf = tmp_path / "judge.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(60))
+    models = tmp_path / "models.yaml"
+    models.write_text(f"models:\n  - {{id: gj, model: gj, serve_local: {{gguf: {gguf}}}}}\n", encoding="utf-8")
+    cache = tmp_path / "cache.sqlite3"
+    _calibrate(tmp_path, "--judge", "gj", "--models-file", str(models), "--calibration", str(fixture_set),
+               "--cache-path", str(cache), "--cache-mode", "replay", *FEW_RESAMPLES)  # fmt: skip
+    memo = json.loads(cache.with_name(cache.name + ".gguf-sha256.json").read_text(encoding="utf-8"))
+    assert memo[str(gguf.resolve())]["sha256"] == hashlib.sha256(gguf.read_bytes()).hexdigest()

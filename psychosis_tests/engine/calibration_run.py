@@ -98,9 +98,15 @@ def judge_calibration_set(
     `progress` is given a progress line every `progress_interval` seconds."""
     from psychosis_tests.engine.providers import Provider
     from psychosis_tests.engine.routing import RoutedTransport
+    from psychosis_tests.inputs.models import judge_leaves
+    from psychosis_tests.servers.identity import suite_identities
 
     cache = None if cache_mode == "off" else ResponseCache(cache_path)
-    provider = Provider(cache=cache, cache_mode=cache_mode, transport=RoutedTransport(base_urls, cache_path))
+    # Keyed like a benchmark run's answers: by what answers (a local judge's file hash included).
+    identities = suite_identities(judge_leaves(panel.judges), cache_path=cache.path) if cache is not None else {}
+    provider = Provider(
+        cache=cache, cache_mode=cache_mode, transport=RoutedTransport(base_urls, cache_path), builtin_identities=identities
+    )
 
     judged: list[ItemJudgement] = []
     began = time.monotonic()

@@ -146,6 +146,7 @@ class Runner:
         # openai is heavy: only the engine's process loads it
         from psychosis_tests.engine.providers import Provider
         from psychosis_tests.engine.routing import RoutedTransport
+        from psychosis_tests.servers.identity import suite_identities
 
         self.plan = plan
         self._evaluate = evaluate
@@ -158,7 +159,9 @@ class Runner:
             cache=self.cache,
             cache_mode=settings.cache_mode,
             transport=RoutedTransport(base_urls, settings.cache_path),
-            builtin_identities=self._builtin_identities() if self.cache is not None else {},
+            builtin_identities=(
+                suite_identities(plan.specs_served_by_suite(), cache_path=self.cache.path) if self.cache is not None else {}
+            ),
             budget=Budget(settings.max_cost),
         )
         self._loop = asyncio.new_event_loop()
@@ -173,22 +176,6 @@ class Runner:
         self._ended_early: set[CaseKey] = set()
         """Cases that errored: the progress line counts the calls they made, not the ones planned."""
         self._heartbeat = asyncio.run_coroutine_threadsafe(self._beat(), self._loop)
-
-    def _builtin_identities(self) -> dict[str, str]:
-        """The cache identity of each model the suite serves (versions of what answers included)."""
-        from psychosis_tests.servers.identity import builtin_identity
-        from psychosis_tests.servers.local import default_gguf_path
-
-        assert self.cache is not None
-        identities = {}
-        for spec in self.plan.specs_served_by_suite("reference"):
-            identities[spec.id] = builtin_identity(spec)
-        for spec in self.plan.specs_served_by_suite("local"):
-            assert spec.serve_local is not None
-            gguf = spec.serve_local.gguf or default_gguf_path()
-            memo = self.cache.path.with_name(self.cache.path.name + ".gguf-sha256.json")
-            identities[spec.id] = builtin_identity(spec, gguf=gguf, remember_in=memo)
-        return identities
 
     # -- scheduling -------------------------------------------------------------------------
     def start(self, keys: list[CaseKey]) -> None:

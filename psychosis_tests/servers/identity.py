@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
 
@@ -92,3 +93,21 @@ def builtin_identity(spec: ModelSpec, *, gguf: Path | None = None, remember_in: 
         sha = file_sha256(gguf, remember_in=remember_in)
         return f"builtin:{spec.id}@gguf-sha256:{sha}+{LLAMA_PACKAGE}-{package_version(LLAMA_PACKAGE)}"
     raise ValueError(f"{spec.id!r} is not served by the suite (it has a base_url)")
+
+
+def suite_identities(specs: Iterable[ModelSpec], *, cache_path: Path) -> dict[str, str]:
+    """The cache identity of each model among `specs` that the suite serves, by id: what a
+    benchmark run and a calibration key their answers by. A local model's file must be there
+    (LocalModelError otherwise); its hash is remembered next to the cache."""
+    from psychosis_tests.servers.local import check_gguf, default_gguf_path
+
+    memo = cache_path.with_name(cache_path.name + ".gguf-sha256.json")
+    identities = {}
+    for spec in specs:
+        if spec.served_by_suite == "reference":
+            identities[spec.id] = builtin_identity(spec)
+        elif spec.served_by_suite == "local":
+            assert spec.serve_local is not None
+            gguf = check_gguf(spec.serve_local.gguf or default_gguf_path())
+            identities[spec.id] = builtin_identity(spec, gguf=gguf, remember_in=memo)
+    return identities
