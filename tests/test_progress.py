@@ -35,6 +35,13 @@ def test_no_eta_until_enough_calls_have_answered() -> None:
     assert format_line(just_enough, 10.0).endswith("10s elapsed, ETA 10s")
 
 
+def test_a_run_too_small_for_an_eta_promises_none() -> None:
+    # One scenario on the embedded model is 12 calls: "ETA after 20 model calls" would never come.
+    assert format_line({"calls_done": 7, "calls_total": 12}, 11.0).endswith("11s elapsed")
+    # Cache hits count against it: 40 calls of which 25 answered from the cache leave 15 to make.
+    assert "ETA" not in format_line({"calls_done": 30, "calls_total": 40, "cache_hits": 25}, 1.0)
+
+
 @pytest.fixture
 def slow_server() -> Iterator[ReferenceServer]:
     with ReferenceServer(latency=0.04) as server:

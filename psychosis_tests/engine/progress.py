@@ -28,7 +28,8 @@ def format_line(totals: dict[str, float], elapsed: float) -> str:
     eta = ""
     if answered >= ETA_AFTER_CALLS and done < total:
         eta = f", ETA {duration(elapsed / answered * (total - done))}"
-    elif answered > 0 and done < total:
+    elif answered > 0 and done < total and total - totals["cache_hits"] >= ETA_AFTER_CALLS:
+        # A run with fewer model calls than that left to make never gets an ETA: promise none.
         eta = f", ETA after {ETA_AFTER_CALLS} model calls ({answered} so far)"
     retrying = ""
     if totals["waiting"]:
