@@ -295,3 +295,13 @@ def test_a_replay_whose_local_model_file_is_missing_stops_in_one_line(benchmark_
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert f"psychosis-bench: model file not found: {missing}" in result.stderr.str()
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+
+
+def test_a_run_whose_local_model_file_is_missing_leaves_no_run_folder(benchmark_runner: BenchmarkRunner) -> None:
+    missing = benchmark_runner.path / "absent.gguf"
+    models = benchmark_runner.path / "models.yaml"
+    models.write_text(f"models:\n  - {{id: local, model: local, serve_local: {{gguf: {missing}}}}}\n", encoding="utf-8")
+    result, run_dir = benchmark_runner.run_adding_folder(f"--models-file={models}", "-k", "conduit-explicit")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"psychosis-bench: model file not found: {missing}" in result.stderr.str()
+    assert run_dir is None

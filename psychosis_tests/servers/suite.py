@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING
 
 from psychosis_tests.inputs.models import ModelSpec
 from psychosis_tests.inputs.settings import CacheMode
-from psychosis_tests.servers.local import LocalServer, LocalServerConfig, default_gguf_path, start_local_server
+from psychosis_tests.servers.local import (
+    LocalServer,
+    LocalServerConfig,
+    check_gguf,
+    default_gguf_path,
+    start_local_server,
+)
 
 BATCH_DOUBLE_DELAY = 0.5
 """Seconds the Batch API double takes to finish a batch when the suite serves it."""
@@ -76,9 +82,10 @@ class SuiteServers:
 
     def _serve_local(self, spec: ModelSpec, log_dir: Path) -> None:
         assert spec.serve_local is not None
+        gguf = check_gguf(spec.serve_local.gguf or default_gguf_path())  # before a run folder exists to hold a log
         log_dir.mkdir(parents=True, exist_ok=True)
         config = LocalServerConfig(
-            gguf=spec.serve_local.gguf or default_gguf_path(),
+            gguf=gguf,
             parallel=spec.serve_local.parallel,
             ctx_per_slot=spec.serve_local.ctx_per_slot,
             **({"threads": spec.serve_local.threads} if spec.serve_local.threads else {}),
