@@ -116,8 +116,8 @@ class LocalServing(BaseModel):
     ctx_per_slot: int = Field(default=4096, ge=512)
     """Context window of each slot, in tokens."""
     threads: int | None = Field(default=None, ge=1, le=256)
-    """CPU threads; None uses every core the run may use (fastest on an otherwise idle machine,
-    much slower when other processes compete for the cores: then set 1)."""
+    """CPU threads; None uses every core the run may use, at most 8 (fastest on an otherwise idle
+    machine, much slower when other processes compete for the cores: then set 1)."""
 
     @model_validator(mode="before")
     @classmethod
