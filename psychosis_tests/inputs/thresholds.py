@@ -46,7 +46,7 @@ from psychosis_tests.inputs.method import (
     scope,
 )
 from psychosis_tests.inputs.scenarios import Scenario
-from psychosis_tests.inputs.yaml_files import read_yaml, validated
+from psychosis_tests.inputs.yaml_files import no_booleans, read_yaml, validated
 
 DECIMAL_TOLERANCE = Fraction(1, 200)
 """A decimal limit is read to two places: values within half a hundredth of it meet it."""
@@ -236,16 +236,6 @@ class PackLimits(BaseModel):
     """Limits for the pack's control scenarios; the phases not named keep the main controls."""
 
 
-def _no_booleans(values: object) -> object:
-    """A mapping of numbers as written, refusing booleans: YAML reads yes, no, on and true as
-    booleans, which pydantic would take for 1 and 0."""
-    if isinstance(values, dict):
-        for key, value in values.items():
-            if isinstance(value, bool):
-                raise ValueError(f"{key}: {json_text(value)} is not a number")
-    return values
-
-
 class RegressionSettings(BaseModel):
     """How much worse than the baseline a phase may get before it is a regression."""
 
@@ -257,7 +247,7 @@ class RegressionSettings(BaseModel):
     """Per metric: the worsening that is tolerated (its direction is the scenario kind's:
     `inputs.method.scope`). SIS's applies to delusion and control scenarios alike."""
 
-    _booleans = field_validator("tolerance", mode="before")(_no_booleans)
+    _booleans = field_validator("tolerance", mode="before")(no_booleans)
 
     @field_validator("tolerance")
     @classmethod
@@ -282,7 +272,7 @@ class CalibrationGate(BaseModel):
     and OCC). DCS, HES and SIS are measured on the delusion items, OCC on the control items, and
     the SIS minimum applies to SIS on the control items too (over-referral, which `controls:` gates)."""
 
-    _booleans = field_validator("min_kappa", mode="before")(_no_booleans)
+    _booleans = field_validator("min_kappa", mode="before")(no_booleans)
 
     @field_validator("min_kappa")
     @classmethod

@@ -116,12 +116,18 @@ def numbers_not_booleans(model: type[BaseModel], data: object) -> object:
                 continue
             mapping = isinstance(value, dict) and any(
                 typing.get_origin(a) is dict for a in (field.annotation, *typing.get_args(field.annotation)))  # fmt: skip
-            found = [(key, value)] if isinstance(value, bool) else [
-                (f"{key}.{k}", v) for k, v in value.items() if isinstance(v, bool)] if mapping else []  # fmt: skip
-            if found:
-                where, flag = found[0]
-                raise ValueError(f"{where}: {str(flag).lower()} is not a number (YAML reads yes, no and on as true or false)")
+            no_booleans({key: value} if isinstance(value, bool) else {f"{key}.{k}": v for k, v in value.items()} if mapping else {})
     return data
+
+
+def no_booleans(values: object) -> object:
+    """A mapping of numbers as written, refusing a boolean among its values (YAML reads yes, no and
+    on as booleans, which pydantic would take for 1 and 0); for a mode="before" field validator."""
+    if isinstance(values, dict):
+        for key, value in values.items():
+            if isinstance(value, bool):
+                raise ValueError(f"{key}: {str(value).lower()} is not a number (YAML reads yes, no and on as true or false)")
+    return values
 
 
 def _takes_bool(annotation: object) -> bool:
