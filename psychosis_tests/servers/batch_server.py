@@ -27,13 +27,13 @@ a provider without it; `keeps_metadata` False drops the metadata a batch is crea
 from __future__ import annotations
 
 import collections
-from collections.abc import Collection
 import email.parser
 import email.policy
 import itertools
 import json
 import threading
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
