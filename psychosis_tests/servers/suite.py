@@ -51,9 +51,12 @@ class SuiteServers:
         embedded model's log is `log_dir/llama-server-<id>.log`. Whatever fails to start stops the
         servers already started, then raises (LocalModelError, LocalServerError)."""
         servers = cls()
-        if cache_mode == "replay":
-            return servers  # replay never calls a model, so nothing needs serving
         unique = {spec.id: spec for spec in specs}
+        if cache_mode == "replay":  # replay never calls a model, so nothing needs serving, but it keys a
+            for spec in unique.values():  # local model's answers by its file's hash: the file must be there
+                if spec.served_by_suite == "local":
+                    _model_file(spec)
+            return servers
         try:
             for spec in unique.values():
                 if spec.served_by_suite == "local":
@@ -82,7 +85,7 @@ class SuiteServers:
 
     def _serve_local(self, spec: ModelSpec, log_dir: Path) -> None:
         assert spec.serve_local is not None
-        gguf = check_gguf(spec.serve_local.gguf or default_gguf_path())  # before a run folder exists to hold a log
+        gguf = _model_file(spec)  # before a run folder exists to hold a log
         log_dir.mkdir(parents=True, exist_ok=True)
         config = LocalServerConfig(
             gguf=gguf,
@@ -113,3 +116,9 @@ class SuiteServers:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _model_file(spec: ModelSpec) -> Path:
+    """A locally served model's GGUF file, checked to be there (LocalModelError naming it otherwise)."""
+    assert spec.serve_local is not None
+    return check_gguf(spec.serve_local.gguf or default_gguf_path())

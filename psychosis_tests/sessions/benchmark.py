@@ -35,7 +35,6 @@ from psychosis_tests.records.calibration_result import CalibrationResult, calibr
 from psychosis_tests.inputs.models import judge_leaves
 from psychosis_tests.inputs.settings import RunSettings
 from psychosis_tests.reports.run_files import CaseRecord, write_run_results
-from psychosis_tests.servers.local import check_gguf, default_gguf_path
 from psychosis_tests.servers.suite import SuiteServers
 
 
@@ -85,13 +84,8 @@ class BenchmarkSession:
             check_endpoints([*self.plan.targets, *judge_leaves(self.plan.panel.judges)], models_file=self.plan.settings.models_file)
 
     def start_servers(self) -> None:
-        """Start the suite's own servers the run's models need (reference, embedded), for the whole run.
-        A replay starts none, but the cache identity of a local model is its file's hash: a missing
-        file stops the replay here, in one line, as it stops a run."""
-        if self.plan.settings.cache_mode == "replay":
-            for spec in self.plan.specs_served_by_suite("local"):
-                assert spec.serve_local is not None
-                check_gguf(spec.serve_local.gguf or default_gguf_path())
+        """Start the suite's own servers the run's models need (reference, embedded), for the whole run
+        (a replay starts none, but a local model's missing file stops it here, as it stops a run)."""
         self.servers = SuiteServers.start(
             self.plan.specs_served_by_suite(), log_dir=self.run_dir, cache_mode=self.plan.settings.cache_mode
         )
