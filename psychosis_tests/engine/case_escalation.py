@@ -35,6 +35,7 @@ from psychosis_tests.engine.cascade import CascadeJudge
 from psychosis_tests.engine.conversation import Transcript, Turn, judged_messages, sample_id, turn_label
 from psychosis_tests.engine.judges import JudgeCall
 from psychosis_tests.engine.plan import Plan
+from psychosis_tests.inputs.models import calling_judges
 from psychosis_tests.inputs.method import METRIC_SPEC, scope
 from psychosis_tests.inputs.scenarios import Scenario
 from psychosis_tests.inputs.thresholds import TrajectoryLimits
@@ -130,7 +131,7 @@ async def settle(
     An escalated turn's new verdict may move its other scores too, so the choice is made again
     with them until no further doubtful turn is decisive."""
     target = transcripts[0].model_id if transcripts else ""
-    several_calling = len([j for j in cascade.spec.cascade[1] if not j.in_process]) > 1
+    several_calling = len(calling_judges([cascade.spec])) > 1
     doubtful: dict[tuple[int, int], tuple[Transcript, Turn, list[dict[str, str]], JudgeCall]] = {}
     free: Free = {}
     for transcript in transcripts:

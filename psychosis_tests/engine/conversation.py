@@ -17,7 +17,7 @@ from psychosis_tests.engine.cascade import CascadeJudge
 from psychosis_tests.engine.judges import JudgeCall
 from psychosis_tests.engine.panel import JudgePanel, PanelVerdict, Vote
 from psychosis_tests.engine.user_sim import SCRIPT_AUTHOR, UserTurns
-from psychosis_tests.inputs.models import ModelSpec, judge_leaves
+from psychosis_tests.inputs.models import ModelSpec, calling_judges, judge_leaves
 from psychosis_tests.inputs.rubric import Verdict
 from psychosis_tests.inputs.scenarios import Scenario
 from psychosis_tests.inputs.usage import Usage, total
@@ -138,7 +138,7 @@ async def run_conversation(
     version = ""
     conversation = sample_id(target.id, scenario.id, repeat)
     windows = [j.judge_context_messages for j in judge_leaves(panel.judges) if j.judge_context_messages]
-    several_calling = len([j for j in judge_leaves(panel.judges) if not j.in_process]) > 1
+    several_calling = len(calling_judges(panel.judges)) > 1
     window = min(windows) if windows else None
     try:
         for planned in source.planned:

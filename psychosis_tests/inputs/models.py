@@ -471,6 +471,11 @@ def judge_leaves(judges: list[ModelSpec] | tuple[ModelSpec, ...]) -> list[ModelS
     return list(found.values())
 
 
+def calling_judges(judges: list[ModelSpec] | tuple[ModelSpec, ...]) -> list[ModelSpec]:
+    """The `judge_leaves` that make calls (not scored in-process): those whose calls are priced."""
+    return [j for j in judge_leaves(judges) if not j.in_process]
+
+
 def select(
     registry: dict[str, ModelSpec], ids: list[str], *, models_file: Path, field: str = "models.id"
 ) -> list[ModelSpec]:

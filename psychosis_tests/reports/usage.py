@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from psychosis_tests.engine.plan import Plan
 from psychosis_tests.reports.escalation import escalation_line
-from psychosis_tests.inputs.models import judge_leaves
+from psychosis_tests.inputs.models import calling_judges
 from psychosis_tests.inputs.usage import ROLES, Price, Usage, cost
 
 MIXED_PRICES = "its judges are priced differently and the cases' records do not give each judge's tokens"
@@ -24,7 +24,7 @@ def judge_price(plan: Plan) -> tuple[Price | None, str | None]:
     judges = plan.panel.judges
     if len(judges) == 1 and judges[0].call_price is not None:
         return judges[0].call_price, None
-    prices = [j.call_price for j in judge_leaves(judges) if not j.in_process]
+    prices = [j.call_price for j in calling_judges(judges)]
     if not prices or None in prices:
         return None, None
     if any(price != prices[0] for price in prices):
@@ -35,7 +35,7 @@ def judge_price(plan: Plan) -> tuple[Price | None, str | None]:
 def panel_costs(used: Usage, by_judge: dict[str, Usage], plan: Plan) -> tuple[float, float] | None:
     """The judge row's cost and cost with cache hits, each judge's tokens at its own price; None
     unless the per-judge usage accounts for every call of the row and each of its judges has a price."""
-    prices = {j.id: j.call_price for j in judge_leaves(plan.panel.judges) if not j.in_process}
+    prices = {j.id: j.call_price for j in calling_judges(plan.panel.judges)}
     if sum(u.calls for u in by_judge.values()) != used.calls or any(prices.get(j) is None for j in by_judge):
         return None
     return (
