@@ -274,16 +274,18 @@ _COLUMN_OF_FIELD = {
 """The review column a calibration-item or judge-item field comes from."""
 
 
-def _add_label(item: dict, labelled: _Labelled, label: dict[str, object], seen: dict[tuple[str, str], _Labelled]) -> None:
+def _add_label(item: dict, labelled: _Labelled, label: dict[str, object], seen: dict[str, dict[str, _Labelled]]) -> None:
     """`label` appended to the item; a rater who already labelled the turn, or a row whose review id
-    an earlier row gave to another reply or conversation, is refused at this row."""
-    other = next((row for (review_id, _), row in seen.items() if review_id == labelled.review_id), None)
+    an earlier row gave to another reply or conversation, is refused at this row. `seen`: each
+    review id's rows so far, by rater."""
+    by_rater = seen.setdefault(labelled.review_id, {})
+    other = next(iter(by_rater.values()), None)
     if other is not None and (other.row["reply"], other.context) != (labelled.row["reply"], labelled.context):
         differs = "reply" if other.row["reply"] != labelled.row["reply"] else "context_json"
         raise labelled.error(differs, f"the review id names another {'reply' if differs == 'reply' else 'conversation'} in "
                              f"{other.path}: {other.where} (exports of two runs of one model share review ids: "
                              "import them apart)")  # fmt: skip
-    earlier = seen.setdefault((labelled.review_id, labelled.rater), labelled)
+    earlier = by_rater.setdefault(labelled.rater, labelled)
     if earlier is not labelled:
         raise labelled.error("rater", f"rater {labelled.rater!r} labels this turn twice (also {earlier.path}: {earlier.where})")
     item["labels"].append(label)
@@ -312,7 +314,7 @@ def import_labels(files: Iterable[Path], out_dir: Path, *, default_rater: str | 
     takes it). A conversation on a scenario of one of `packs` (its id starts with the pack's name)
     goes to `out_dir/<pack>/`: a calibration set is checked against one scenario set."""
     conversations: dict[tuple[str, str, str], dict] = {}
-    seen: dict[tuple[str, str], _Labelled] = {}
+    seen: dict[str, dict[str, _Labelled]] = {}
     packs = sorted(packs, key=len, reverse=True)
     for labelled in _labelled_rows(files, default_rater, unlabelled):
         row = labelled.row
@@ -383,7 +385,7 @@ def import_items(files: Iterable[Path], out_file: Path, scenarios: dict[str, Sce
     written. Any conversation length. Returns the item count."""
     items: dict[str, dict] = {}
     checked: dict[str, BaseModel] = {}  # each item as validated with its latest row, so with every label
-    seen: dict[tuple[str, str], _Labelled] = {}
+    seen: dict[str, dict[str, _Labelled]] = {}
     for labelled in _labelled_rows(files, default_rater, unlabelled):
         row, turn, context = labelled.row, labelled.turn, labelled.context
         scenario = scenarios.get(str(row["scenario"]))
