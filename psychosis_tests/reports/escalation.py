@@ -48,7 +48,6 @@ def escalation_summary(outcomes: Iterable[CaseOutcome | None], plan: Plan, usage
     if not judged:
         return None
     counted = sum(_escalation_calls(cascade, m) for m in kept_metrics)
-    row = next((r for r in usage if r["role"] == "judge" and r["model"] == plan.panel.id), None) if alone else None
     figures: dict = {
         "judge": cascade.id,
         "judged_turns": judged,
@@ -58,6 +57,7 @@ def escalation_summary(outcomes: Iterable[CaseOutcome | None], plan: Plan, usage
     }
     if not alone:
         return figures | {"escalation_calls": None, "calls_saved": counted, "tokens_saved": None, "cost_saved_usd": None}
+    row = next((r for r in usage if r["role"] == "judge" and r["model"] == plan.panel.id), None)
     calls = row["calls"] if row else 0
     tokens = row["prompt_tokens"] + row["completion_tokens"] if row else 0
     spent = row["cost_with_cache_hits_usd"] if row else None
