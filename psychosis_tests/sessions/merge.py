@@ -295,21 +295,20 @@ def carried_calibration(runs: list[ShardRun]) -> dict:
     """The runs' calibration line, the same whatever order they were given in: theirs when they
     all say the same (runs that found no calibration say so alike, whichever report folder each
     searched); when they differ, a line naming each status and its runs, not passed."""
-    statuses: dict[tuple[str | None, bool | None], list[str]] = {}
-    said: dict[tuple[str | None, bool | None], set[str | None]] = {}  # each status as its runs wrote it
+    statuses: dict[tuple[str | None, bool | None], list[ShardRun]] = {}
     for run in _in_order(runs):
         meta = run.results.run
         line = meta.judge_calibration
         if line is not None and line.startswith(NOT_CALIBRATED):
             line = calibration_line(None)  # each names the report folder it searched: not a difference
-        statuses.setdefault((line, meta.judge_calibration_passed), []).append(run.name)
-        said.setdefault((line, meta.judge_calibration_passed), set()).add(meta.judge_calibration)
+        statuses.setdefault((line, meta.judge_calibration_passed), []).append(run)
     if len(statuses) == 1:
-        (((_, passed), lines),) = said.items()
-        return {"judge_calibration": _one(lines), "judge_calibration_passed": passed}
+        (((_, passed), alike),) = statuses.items()
+        return {"judge_calibration": _as_written(alike), "judge_calibration_passed": passed}
     each = "; ".join(
-        f"run{'s' if len(names) > 1 else ''} {', '.join(names)}: {_one(said[status]) or 'no calibration line recorded'}"
-        for status, names in sorted(statuses.items(), key=lambda item: (item[0][0] or "", item[1]))
+        f"run{'s' if len(alike) > 1 else ''} {', '.join(r.name for r in alike)}: "
+        f"{_as_written(alike) or 'no calibration line recorded'}"
+        for _, alike in sorted(statuses.items(), key=lambda item: (item[0][0] or "", [r.name for r in item[1]]))
     )
     return {
         "judge_calibration": f"the merged runs' judge calibration statuses differ (counted as not passed): {each}",
@@ -333,9 +332,10 @@ def regated_calibration(runs: list[ShardRun], plan: Plan, thresholds: Path) -> d
     }  # fmt: skip
 
 
-def _one(lines: set[str | None]) -> str | None:
-    """A status's line as its runs wrote it: theirs when they wrote the same, else the common form."""
-    (line, *others) = sorted(lines, key=lambda x: x or "")
+def _as_written(alike: list[ShardRun]) -> str | None:
+    """The calibration line of runs with one status, as they wrote it: theirs when they wrote the
+    same, else its common form (not-calibrated lines that name different report folders)."""
+    (line, *others) = {r.results.run.judge_calibration for r in alike}
     return calibration_line(None) if others else line
 
 
