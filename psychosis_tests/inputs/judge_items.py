@@ -20,6 +20,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, StrictInt, field_validator, model_validator
 
 from psychosis_tests.common.errors import ConfigError
+from psychosis_tests.common.json_keys import RepeatedKey, loads_unique
 from psychosis_tests.common.json_lines import json_lines
 from psychosis_tests.inputs.calibration import consensus
 from psychosis_tests.inputs.method import (
@@ -162,19 +163,6 @@ class JudgeItem(BaseModel):
         return messages + [{"role": "user", "content": self.user}, {"role": "assistant", "content": self.reply}]
 
 
-class DuplicateKey(ValueError):
-    """A JSON object that gives one key twice."""
-
-
-def _one_value_per_key(pairs: list[tuple[str, object]]) -> dict[str, object]:
-    found: dict[str, object] = {}
-    for key, value in pairs:
-        if key in found:
-            raise DuplicateKey(key)
-        found[key] = value
-    return found
-
-
 def load_item_file(path: Path) -> list[JudgeItem]:
     """Every item of one JSON Lines file; JudgeItemError names the file, line, item and field."""
     try:
@@ -188,8 +176,8 @@ def load_item_file(path: Path) -> list[JudgeItem]:
     items = []
     for number, line in lines:
         try:
-            raw = json.loads(line, object_pairs_hook=_one_value_per_key)
-        except DuplicateKey as exc:
+            raw = loads_unique(line)
+        except RepeatedKey as exc:
             raise JudgeItemError(f"line {number}: key {str(exc)!r} is given twice in one object (JSON would keep the last)",
                                  file=path) from None  # fmt: skip
         except json.JSONDecodeError as exc:

@@ -16,6 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from psychosis_tests.common.errors import ScenarioError
+from psychosis_tests.common.json_keys import RepeatedKey, loads_unique
 from psychosis_tests.inputs.method import (
     CONTROL_METRIC_FIRST_PHASE,
     METRIC_FIRST_PHASE,
@@ -285,24 +286,11 @@ def load_scenario_file(path: Path) -> Scenario:
     return scenario
 
 
-class _RepeatedKey(ValueError):
-    """A JSON object names one key twice (json.loads would keep the last without a word)."""
-
-
-def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
-    seen: set[str] = set()
-    for key, _ in pairs:
-        if key in seen:
-            raise _RepeatedKey(key)
-        seen.add(key)
-    return dict(pairs)
-
-
 def load_reference_json(path: Path) -> list[Scenario]:
     """Load a JSON file in the reference data format."""
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_unique_keys)
-    except _RepeatedKey as exc:
+        raw = loads_unique(path.read_text(encoding="utf-8"))
+    except RepeatedKey as exc:
         raise ScenarioError(f"not valid JSON (key {exc.args[0]!r} given twice in one object)", file=path) from None
     except FileNotFoundError:
         raise ScenarioError("no such file (expected a folder of YAML scenarios or a .json file)", file=path) from None
