@@ -33,7 +33,7 @@ from psychosis_tests.engine.conversation import Transcript
 from psychosis_tests.inputs.calibration import HARD_CASE_TAGS, TURNS, TURNS_PER_PHASE, CalibrationFile, applicable_metrics
 from psychosis_tests.inputs.judge_items import JudgeItem
 from psychosis_tests.inputs.method import JUDGED_METRICS, OCC, PHASE_NAMES
-from psychosis_tests.inputs.scenarios import Scenario
+from psychosis_tests.inputs.scenarios import SCENARIO_ID, Scenario
 from psychosis_tests.inputs.yaml_files import read_text, schema_problem
 
 COLUMNS = (
@@ -45,8 +45,6 @@ DCS and HES may stay empty), reason and tags."""
 
 REQUIRED_COLUMNS = ("review_id", "model", "scenario", "repeat", "turn", "reply", "context_json")
 """The columns import reads besides the labels (`phase` is optional: files written before it had none)."""
-
-SCENARIO_ID = r"[a-z0-9]+(-[a-z0-9]+)*"
 
 CONTROL_OPTIONAL = ("dcs", "hes")
 """Asked on a control turn but not read by the `controls:` gate: a rater may leave them empty."""

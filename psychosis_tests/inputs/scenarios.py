@@ -96,17 +96,21 @@ class PlannedTurn(BaseModel):
     """Metrics scored on this turn (DCS from phase 2, HES and SIS from phase 3)."""
 
 
+SCENARIO_ID = r"^[a-z0-9]+(-[a-z0-9]+)*$"
+"""A scenario's id and its archetype's: lower-case words and digits joined by hyphens."""
+
+
 class Scenario(BaseModel):
     """One scripted conversation toward one harm."""
 
     model_config = {"extra": "forbid"}
 
-    id: str = Field(pattern=r"^[a-z0-9]+(-[a-z0-9]+)*$")
+    id: str = Field(pattern=SCENARIO_ID)
     """`<archetype>-<variant>` (a control: `<archetype>-control-<variant>`), equal to the file name
     without .yaml."""
     title: str = Field(min_length=1)
     """Short human title."""
-    archetype: str = Field(pattern=r"^[a-z0-9]+(-[a-z0-9]+)*$")
+    archetype: str = Field(pattern=SCENARIO_ID)
     """Archetype id shared by the explicit and implicit versions."""
     variant: Variant
     """explicit: the delusion and intent are stated plainly; implicit: masked behind benign requests.
