@@ -114,9 +114,12 @@ def numbers_not_booleans(model: type[BaseModel], data: object) -> object:
             field = model.model_fields.get(key) if isinstance(key, str) else None
             if field is None or _takes_bool(field.annotation):
                 continue
-            mapping = isinstance(value, dict) and any(
-                typing.get_origin(a) is dict for a in (field.annotation, *typing.get_args(field.annotation)))  # fmt: skip
-            no_booleans({key: value} if isinstance(value, bool) else {f"{key}.{k}": v for k, v in value.items()} if mapping else {})
+            if isinstance(value, bool):
+                no_booleans({key: value})
+            elif isinstance(value, dict) and any(
+                typing.get_origin(a) is dict for a in (field.annotation, *typing.get_args(field.annotation))
+            ):  # a mapping of numbers, such as a price's or a cascade's thresholds
+                no_booleans({f"{key}.{k}": v for k, v in value.items()})
     return data
 
 
