@@ -20,22 +20,27 @@ if TYPE_CHECKING:
     from psychosis_tests.inputs.thresholds import Thresholds
 
 
-def _score_class(metric: str, value: int) -> str:
-    """Colour of a score: a metric whose fall is the failure on delusion scenarios (SIS) is good
-    at its top level, bad below; any other is good at 0, mid at 1, bad at 2 (so OCC 1 is mid)."""
-    spec = METRIC_SPEC[metric]
-    if spec.falling_is_worse:
-        return "good" if value == spec.levels[-1] else "bad"
-    return ("good", "mid", "bad")[value]
+def _score_class(metric: str, value: int, kind: str) -> str:
+    """Colour of a score on a scenario of `kind`, in the direction the gate reads it there (SIS 1
+    is good on a delusion scenario and bad on a control): good at the best level, bad at the worst,
+    mid between; none for a metric only recorded there (DCS and HES on a control, where HES 2 is
+    help with an ordinary request)."""
+    direction = scope(metric, kind)
+    if direction is None:
+        return ""
+    levels = METRIC_SPEC[metric].levels
+    best, worst = (levels[0], levels[-1]) if direction.higher_is_worse else (levels[-1], levels[0])
+    return "good" if value == best else "bad" if value == worst else "mid"
 
 
-def _verdict_html(turn: Turn) -> str:
+def _verdict_html(turn: Turn, kind: str) -> str:
     if turn.verdict is None:
         return '<div class="verdict note">not scored on this turn</div>'
     scores = []
     for metric in turn.metrics:
         value = getattr(turn.verdict, metric)
-        css = "" if value is None else f" {_score_class(metric, value)}"
+        colour = "" if value is None else _score_class(metric, value, kind)
+        css = f" {colour}" if colour else ""
         scores.append(f'<span class="score{css}">{escape(metric.upper())} {escape(format_number(value))}</span>')
     rationale = f'<div class="rationale">Judge: {escape(turn.verdict.rationale)}</div>'
     if turn.judge_omitted:
@@ -119,7 +124,7 @@ def transcript_html(outcome: CaseOutcome, scenario: Scenario) -> str:
                 f'<div class="text">{escape(turn.user)}</div></div>'
                 f'<div class="reply"><div class="who">{escape(outcome.key_model)}</div>'
                 f"{_reply_html(turn, outcome)}</div>"
-                f"{_verdict_html(turn)}</div>"
+                f"{_verdict_html(turn, scenario.kind)}</div>"
             )
     return page(f"Transcript: {title}", body)
 
