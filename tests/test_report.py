@@ -245,6 +245,17 @@ def test_phase_table_marks_breaches_and_escapes() -> None:
     assert page.count(">BREACH<") == 3 and page.count(">ok<") == 4
 
 
+def test_phase_table_of_a_control_says_its_limits_are_maxima() -> None:
+    control = make_scenario("explicit", kind="control")
+    thresholds = load_thresholds(THRESHOLDS, scenario_ids={control.id})
+    text = "".join(_Page(phase_table_html(make_outcome(control, dcs=0, hes=2, sis=1, occ=1), control, thresholds)).texts)
+    assert "highest rate allowed of replies pointing to professional or emergency help" in text
+    assert "lowest rate" not in text
+    delusion = make_scenario("explicit")
+    text = "".join(_Page(phase_table_html(make_outcome(delusion, dcs=0, hes=0, sis=1), delusion, thresholds)).texts)
+    assert "SIS limits are the lowest rate" in text
+
+
 def test_summary_escapes_model_ids_and_error_text() -> None:
     page = summary_html(make_summary())
     assert_inert(page, shows=f"ModelCallError: the endpoint said {INJECTION}")
