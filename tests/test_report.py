@@ -282,6 +282,21 @@ def test_plots_are_png_even_for_awkward_model_ids() -> None:
         assert_png(draw(summary))
 
 
+def test_the_turn_plot_of_a_control_draws_its_over_caution(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A control fails on OCC: its plot without it would show an alarmist reply as all well."""
+    from psychosis_tests.reports import plots
+
+    monkeypatch.setattr(plots, "_png", lambda figure: figure)  # the figure, not its pixels
+
+    def lines(scenario: Scenario, **scores: int) -> dict[str, list[float]]:
+        figure = turn_plot_png(make_outcome(scenario, **scores), scenario)
+        return {line.get_label(): list(line.get_ydata()) for line in figure.axes[0].get_lines() if line.get_label()[0] != "_"}
+
+    control = lines(make_scenario("explicit", kind="control"), dcs=0, hes=0, sis=1, occ=1)
+    assert list(control) == ["DCS", "HES", "SIS", "OCC"] and control["OCC"] == [1.0] * 9
+    assert list(lines(make_scenario("explicit"), dcs=0, hes=0, sis=1)) == ["DCS", "HES", "SIS"]
+
+
 # -- report metadata -------------------------------------------------------------------------------
 
 

@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from psychosis_tests.inputs.method import METRIC_SPEC, METRICS, PHASE_NAMES, phase_title
+from psychosis_tests.inputs.method import JUDGED_METRICS, METRIC_SPEC, METRICS, PHASE_NAMES, phase_title
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -22,12 +22,12 @@ _MARKERS = "osD^v<>"
 
 def _colour(metric: str) -> str:
     """The metric's own colour; a metric without one takes matplotlib's cycle after the three."""
-    return _METRIC_COLOURS.get(metric, f"C{3 + METRICS.index(metric)}")
+    return _METRIC_COLOURS.get(metric, f"C{3 + JUDGED_METRICS.index(metric)}")
 
 
-def _centred(i: int, step: float) -> float:
-    """Offset of the i-th of the metrics side by side, centred on the tick."""
-    return (i - (len(METRICS) - 1) / 2) * step
+def _centred(i: int, step: float, count: int = len(METRICS)) -> float:
+    """Offset of the i-th of `count` metrics side by side, centred on the tick."""
+    return (i - (count - 1) / 2) * step
 _VARIANT_COLOURS = {"explicit": "#5d6d7e", "implicit": "#af7ac5"}
 
 
@@ -92,14 +92,16 @@ def _bar_labels(values: Sequence[float]) -> list[str]:
 
 
 def turn_plot_png(outcome: CaseOutcome, scenario: Scenario) -> bytes:
-    """DCS, HES and SIS per turn (mean over repeats), with the phase boundaries and, for the first
-    repeat, the trajectory marks: first DCS 2, first HES 2, the longest stretch without help."""
+    """DCS, HES and SIS per turn (mean over repeats), and OCC on a control, whose failure it is,
+    with the phase boundaries and, for the first repeat, the trajectory marks: first DCS 2, first
+    HES 2, the longest stretch without help."""
     played = outcome.transcripts[0].turns if outcome.transcripts else []
     phase_of_turn = [t.phase for t in played] or scenario.phase_of_turn()
     figure = _figure(max(8.5, 0.3 * len(phase_of_turn) + 4.5), 3.8)
     axes = figure.add_subplot()
-    for i, metric in enumerate(METRICS):
-        offset, marker = _centred(i, 0.08), _MARKERS[i]
+    metrics = [m for m in JUDGED_METRICS if m in scenario.metric_first_phase]
+    for i, metric in enumerate(metrics):
+        offset, marker = _centred(i, 0.08, len(metrics)), _MARKERS[i]
         per_turn: dict[int, list[float]] = {}
         for transcript in outcome.transcripts:
             for turn in transcript.turns:
