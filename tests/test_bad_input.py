@@ -234,6 +234,14 @@ def test_unreachable_base_url_is_found_before_any_conversation(run: Run, role: s
     assert "connection refused" in line and "no answer" not in line and "Check the URL" in line
 
 
+def test_an_unreachable_base_url_is_named_without_its_credentials(run: Run) -> None:
+    port = _closed_port()
+    run.models.append({"id": "typo", "model": "m", "base_url": f"http://alice:pw-7c1e9a0b5d3f@127.0.0.1:{port}/v1"})
+    line = run.usage_error("--model", "typo")
+    assert f"base_url: http://[redacted]@127.0.0.1:{port}/v1 cannot be reached: " in line, line
+    assert "pw-7c1e9a0b5d3f" not in line
+
+
 def test_an_unresolvable_host_is_named(run: Run) -> None:
     run.models.append({"id": "typo", "model": "m", "base_url": "https://no-such-host.invalid/v1"})
     assert "cannot resolve the host name 'no-such-host.invalid'" in run.usage_error("--model", "typo")

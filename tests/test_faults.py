@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from psychosis_tests.analysis.outcome import evaluate_case
-from psychosis_tests.common.errors import CaseError, inert, redact
+from psychosis_tests.common.errors import CaseError, inert, redact, safe_url
 from psychosis_tests.engine.plan import CaseKey, Plan
 from psychosis_tests.engine.runner import HEARTBEAT_FILE, Runner, case_file as engine_case_file, wait_for_case_file
 from psychosis_tests.inputs.settings import RunSettings
@@ -586,6 +586,15 @@ def test_fault_plans_parse_and_step_as_documented() -> None:
                       ("fault:random:429", "needs a probability"), ("fault:ok?turn=1", "expected turns=N")):
         with pytest.raises(PlanError, match=re.escape(says)):
             parse_plan(bad)
+
+
+def test_credentials_in_a_base_url_are_masked_where_a_message_names_it(loopback: ReferenceServer) -> None:
+    url = loopback.url.replace("://", "://alice:pw-7c1e9a0b5d3f@")
+    message = provider_call({"id": "with-creds", "model": "fault:401", "base_url": url, "max_retries": 0})
+    assert f"'with-creds' at {loopback.url.replace('://', '://[redacted]@')} failed: HTTP 401" in message, message
+    assert "pw-7c1e9a0b5d3f" not in message and "alice" not in message
+    assert safe_url("https://h.example/v1?api-key=abc123&v=2") == "https://h.example/v1?api-key=[redacted]&v=[redacted]"
+    assert safe_url(loopback.url) == loopback.url
 
 
 def test_a_base_url_without_v1_gets_a_hint(loopback: ReferenceServer) -> None:

@@ -23,7 +23,8 @@
 ConfigError carries the file and field so the one line shown to the user says where to look.
 A CaseError's message often quotes an endpoint (an error body, a reply): it is made inert when the
 error is made (`inert`: no escape sequence or control character reaches a terminal or a report raw)
-and key-like strings in it are masked (`redact`).
+and key-like strings in it are masked (`redact`), as are the credentials a URL in it may carry
+(`safe_url`: a base_url's user:password@ and query values).
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ _KEY_SHAPES = re.compile(
     r"|\bsk-[A-Za-z0-9_*\-]{6,}"  # OpenAI, OpenRouter, Anthropic style keys, masked or not
     r"|\bAIza[0-9A-Za-z_\-]{20,}"  # Google API keys
 )
+_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s\"'<>]+")
+_AUTHORITY = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://)([^/]*)")
 REDACTED = "[redacted]"
 SHORTEST_SECRET = 8
 """A secret shorter than this is not masked (it would mask ordinary words); a key cut by a length
@@ -73,10 +76,27 @@ def _escape(code: int) -> str:
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
     """`text` with the given secrets and every remembered one (`remember_secret`: the API keys read
-    for calls), each also where a length limit cut it short, and key-shaped strings (sk-...,
-    Bearer ..., AIza...) replaced by [redacted]."""
+    for calls), each also where a length limit cut it short, key-shaped strings (sk-...,
+    Bearer ..., AIza...) and the credentials in its URLs (`safe_url`) replaced by [redacted]."""
     text = _KEY_SHAPES.sub(REDACTED, text)  # first: a provider's masked echo (sk-abc****wxyz) goes whole
+    text = _URL.sub(lambda found: safe_url(found.group()), text)
     return mask_secrets(text, secrets)
+
+
+def safe_url(url: str) -> str:
+    """`url` with its user info (user:password@) and each value of its query replaced by
+    [redacted]: a base_url may carry credentials there, and messages, reports and the judge's
+    fingerprint name the endpoint. Split by hand, not by urlsplit, which refuses some malformed
+    URLs (an unclosed IPv6 bracket) that a message must still show."""
+    rest, hash_, fragment = url.partition("#")
+    rest, question, query = rest.partition("?")
+    authority = _AUTHORITY.match(rest)
+    if authority and "@" in authority.group(2):
+        rest = f"{authority.group(1)}{REDACTED}@{authority.group(2).rpartition('@')[2]}{rest[authority.end():]}"
+    if query:
+        query = "&".join(f"{name}={REDACTED}" if sep else REDACTED
+                         for name, sep, _ in (item.partition("=") for item in query.split("&")))  # fmt: skip
+    return rest + question + query + hash_ + fragment
 
 
 def mask_secrets(text: str, secrets: Iterable[str] = ()) -> str:

@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from psychosis_tests.common.errors import ModelsFileError
+from psychosis_tests.common.errors import ModelsFileError, safe_url
 from psychosis_tests.inputs.models import ModelSpec
 
 CONNECT_TIMEOUT = 3.0
@@ -65,7 +65,7 @@ def check_endpoints(specs: list[ModelSpec], *, models_file: Path, timeout: float
     malformed = [(url, s) for url, s in by_url.items() if urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).hostname]
     for url, spec in malformed:
         raise ModelsFileError(
-            f"{url!r} is not an http(s) URL; write it like https://host/v1", file=models_file, field=f"{spec.id}: base_url"
+            f"{safe_url(url)!r} is not an http(s) URL; write it like https://host/v1", file=models_file, field=f"{spec.id}: base_url"
         )
     addresses = {url: _address(url) for url in by_url}
 
@@ -75,7 +75,7 @@ def check_endpoints(specs: list[ModelSpec], *, models_file: Path, timeout: float
     for (url, spec), problem in zip(by_url.items(), asyncio.run(reach_all()), strict=True):
         if problem is not None:
             raise ModelsFileError(
-                f"{url} cannot be reached: {problem}. Check the URL and that the server is running "
+                f"{safe_url(url)} cannot be reached: {problem}. Check the URL and that the server is running "
                 "before the run starts any conversation",
                 file=models_file,
                 field=f"model {spec.id!r}: base_url",
