@@ -231,6 +231,20 @@ def _stored_result(folder: Path, run_id: str, calibration_path: str, *, passed: 
     return path
 
 
+def test_the_fingerprint_names_a_judges_endpoint_without_its_credentials() -> None:
+    from psychosis_tests.inputs.judge_identity import judge_fingerprint
+    from psychosis_tests.inputs.models import ModelSpec
+
+    def at(url: str):  # noqa: ANN202
+        return judge_fingerprint([ModelSpec(id="j", model="m", base_url=url)])
+
+    fingerprint = at("https://alice:pw-7c1e9a0b5d3f@judge.example/v1")
+    assert fingerprint.judges[0].base_url == "https://[redacted]@judge.example/v1"
+    assert "pw-7c1e9a0b5d3f" not in fingerprint.model_dump_json()
+    assert at("https://alice:rotated-0b5d3f7c@judge.example/v1").hash == fingerprint.hash  # a new password judges alike
+    assert at("https://judge.example/v1").hash == at("https://judge.example/v1/").hash != fingerprint.hash
+
+
 def test_find_calibration_matches_the_set_measured_and_the_shipped_result_stands_for_calibration(tmp_path: Path) -> None:
     from psychosis_tests.inputs.judge_identity import judge_fingerprint
     from psychosis_tests.inputs.models import builtin_models

@@ -2,7 +2,8 @@
 is matched only to the judging it measured.
 
 The fingerprint covers, per judge: the model name, the endpoint (`builtin:<id>` for the suite's
-own servers), the output-affecting generation parameters, how the verdict is constrained, how
+own servers; credentials in it masked, `common.errors.safe_url`: the fingerprint is written to
+calibration.json and results.json, and a new password judges alike), the output-affecting generation parameters, how the verdict is constrained, how
 much context the judge sees, its judge mode and how many times it is asked; and the rubric
 (the prompt template with its text). A panel's fingerprint lists its judges in order; a cascade's
 holds both its judges' and its thresholds.
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from psychosis_tests.common.errors import safe_url
 from psychosis_tests.inputs.method import JUDGED_METRICS, METRICS
 from psychosis_tests.inputs.models import ModelSpec
 from psychosis_tests.inputs.rubric import build_judge_messages, verdict_schema
@@ -46,7 +48,7 @@ class JudgeIdentity(BaseModel):
     model: str
     """The model name sent to the endpoint."""
     base_url: str
-    """The endpoint; `builtin:<id>` for the suite's own servers (their address changes per run)."""
+    """The endpoint, credentials masked; `builtin:<id>` for the suite's own servers (their address changes per run)."""
     params: dict
     """Output-affecting request parameters as sent when judging (temperature, max_tokens, seed, top_p)."""
     structured_output: str
@@ -94,7 +96,7 @@ def judge_identity(spec: ModelSpec) -> JudgeIdentity:
     return JudgeIdentity(
         id=spec.id,
         model=spec.model,
-        base_url=(spec.base_url or f"builtin:{spec.id}").rstrip("/"),
+        base_url=safe_url((spec.base_url or f"builtin:{spec.id}").rstrip("/")),
         params=spec.params_for("judge").request_kwargs(0),
         structured_output=spec.structured_output,
         judge_context_messages=spec.judge_context_messages,
