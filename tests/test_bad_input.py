@@ -242,6 +242,12 @@ def test_an_unreachable_base_url_is_named_without_its_credentials(run: Run) -> N
     assert "pw-7c1e9a0b5d3f" not in line
 
 
+@pytest.mark.parametrize("url", ["http://127.0.0.1:99999/v1", "http://127.0.0.1:80a/v1", "http://[::1/v1"])
+def test_a_base_url_whose_port_or_host_cannot_be_read_is_one_line(run: Run, url: str) -> None:
+    run.models.append({"id": "typo", "model": "m", "base_url": url})
+    assert f"typo: base_url: {url!r} is not an http(s) URL" in run.usage_error("--model", "typo")
+
+
 def test_an_unresolvable_host_is_named(run: Run) -> None:
     run.models.append({"id": "typo", "model": "m", "base_url": "https://no-such-host.invalid/v1"})
     assert "cannot resolve the host name 'no-such-host.invalid'" in run.usage_error("--model", "typo")

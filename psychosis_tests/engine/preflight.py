@@ -53,6 +53,17 @@ async def _reach(host: str, port: int, timeout: float) -> str | None:
     return None
 
 
+def _well_formed(url: str) -> bool:
+    """An http(s) URL with a host, and a port that can be read (urlsplit raises on a port past
+    65535 or not a number, which would otherwise end the run with a traceback)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (read for its ValueError)
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
 def check_endpoints(specs: list[ModelSpec], *, models_file: Path, timeout: float = CONNECT_TIMEOUT) -> None:
     """Raise ModelsFileError (one line: model, URL, what happened, what to do) for the first
     remote endpoint that cannot be reached; the suite's own servers are not checked."""
@@ -62,7 +73,7 @@ def check_endpoints(specs: list[ModelSpec], *, models_file: Path, timeout: float
             by_url[spec.base_url] = spec
     if not by_url:
         return
-    malformed = [(url, s) for url, s in by_url.items() if urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).hostname]
+    malformed = [(url, s) for url, s in by_url.items() if not _well_formed(url)]
     for url, spec in malformed:
         raise ModelsFileError(
             f"{safe_url(url)!r} is not an http(s) URL; write it like https://host/v1", file=models_file, field=f"{spec.id}: base_url"
