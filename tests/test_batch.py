@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import types
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +13,9 @@ import openai
 import pytest
 
 from psychosis_tests.analysis.outcome import evaluate_case
-from psychosis_tests.common.errors import ModelCallError, ModelsFileError
+from psychosis_tests.common.errors import ModelCallError, ModelsFileError, remember_secret
+from psychosis_tests.engine.batch_store import BatchStore
+from psychosis_tests.engine.batch_transport import BatchTransport
 from psychosis_tests.engine.estimate import estimate
 from psychosis_tests.engine.plan import Plan
 from psychosis_tests.engine.progress import format_line
@@ -262,3 +265,24 @@ def test_a_refused_line_a_refused_batch_and_a_failed_upload_error_at_once(double
         (no_upload,) = run(provider_for(spec, chat_only.url, tmp_path / "chat-only"), spec, ["hello"])
     assert isinstance(no_upload, ModelCallError)
     assert "failed: the batch could not be submitted (HTTP 404: no such endpoint: POST /v1/files)" in str(no_upload)
+
+
+def test_a_batch_answer_kept_for_a_later_run_has_an_echoed_key_masked_on_disk(tmp_path: Path) -> None:
+    """A batch line answered when no request of this run waits for it is kept in the batch store
+    for the next run; a key the provider echoed in it must not reach that file, as it reaches no
+    reply a call reads (`wire.read_reply` masks it)."""
+    secret = "sk-echoed-batch-key-0123456789"
+    remember_secret(secret)
+    store = BatchStore(tmp_path / "cache.sqlite3.batches.sqlite3")
+    submission = store.begin("judge", ["k1"])
+    store.created(submission, "batch-1")
+    transport = BatchTransport(http=None, store=store)  # type: ignore[arg-type]
+    transport._waiting[("batch-1", submission)] = {}
+    body = {"choices": [{"message": {"role": "assistant", "content": f"your key is {secret}"}, "finish_reason": "stop"}]}
+    line = {"custom_id": "k1", "response": {"status_code": 200, "body": body}}
+    transport._answer(("batch-1", submission), types.SimpleNamespace(status="completed", errors=None), [line], [])
+    kept = store.submitted("k1")
+    store.close()
+    assert kept is not None and kept.answer is not None and "your key is" in kept.answer
+    assert secret not in kept.answer
+    assert secret not in (tmp_path / "cache.sqlite3.batches.sqlite3").read_bytes().decode("utf-8", "replace")

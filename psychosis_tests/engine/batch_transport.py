@@ -43,7 +43,7 @@ from typing import Any
 
 import openai
 
-from psychosis_tests.common.errors import inert, redact
+from psychosis_tests.common.errors import inert, mask_secrets, redact
 from psychosis_tests.common.json_lines import json_lines
 from psychosis_tests.engine.batch_store import BatchStore, Submitted
 from psychosis_tests.engine.chat_completions import RETRYABLE_STATUS, ChatCompletions, transport_error
@@ -343,7 +343,8 @@ class BatchTransport:
                 if live:
                     self.store.forget([key])  # the provider keeps it in the response cache now
                 else:
-                    self.store.answered(key, json.dumps(response.get("body")))  # paid: kept for whoever asks
+                    # paid: kept for whoever asks, with a key the provider echoed masked as a read reply masks it
+                    self.store.answered(key, mask_secrets(json.dumps(response.get("body"))))
             else:
                 self.store.forget([key])
                 _fail(waiting.pop(key, []), _line_fault(batch_id, line))
