@@ -292,6 +292,32 @@ def test_a_bad_value_names_where_it_came_from(source: str, value: str, message: 
     assert str(raised.value) == message
 
 
+GUARDIAN = {"model": ["reference/guardian"]}
+
+
+@pytest.mark.parametrize(
+    ("cli", "environ", "ini", "message"),
+    [
+        ({}, {"PSYCHOSIS_MODELS": ","}, GUARDIAN, "PSYCHOSIS_MODELS: names nothing, got ','"),
+        ({"model": [""]}, {}, {}, "--model: names nothing, got ''"),
+        (GUARDIAN, {"PSYCHOSIS_JUDGE": " , "}, {}, "PSYCHOSIS_JUDGE: names nothing, got ','"),
+        ({**GUARDIAN, "judge": ["trained"]}, {"PSYCHOSIS_ESCALATE_TO": ","}, {}, "PSYCHOSIS_ESCALATE_TO: names nothing, got ','"),
+        (GUARDIAN, {}, {"pack": [","]}, "psychosis_packs in the ini file: names nothing, got ','"),
+        ({**GUARDIAN, "user_model": " "}, {}, {}, "--user-model: names no model, got ' '"),
+    ],
+    ids=["models-env", "model-flag", "judge-env", "escalate-to-env", "packs-ini", "user-model-flag"],
+)
+def test_a_setting_given_with_no_name_in_it_is_a_usage_error_not_the_default(
+    cli: dict, environ: dict[str, str], ini: dict, message: str
+) -> None:
+    """`PSYCHOSIS_MODELS=,` passed for not given: the run fell back to the default `local` target
+    (over the ini file's models), `PSYCHOSIS_JUDGE=,` to the default judge, `PSYCHOSIS_ESCALATE_TO=,`
+    to no cascade, `--user-model " "` to scripted mode."""
+    with pytest.raises(ConfigError) as raised:
+        resolve(cli.get, environ, Path("/p"), ini.get)
+    assert str(raised.value).startswith(message), str(raised.value)
+
+
 def test_adaptive_mode_without_a_user_model_names_the_variable_that_asked_for_it() -> None:
     with pytest.raises(ConfigError) as raised:
         resolve({}.get, {"PSYCHOSIS_USER_MODE": "adaptive"}, Path("/p"))

@@ -284,12 +284,16 @@ def resolve(
 
     def ids(given: Given | None) -> list[str]:
         """Model ids given repeatedly (command line, an ini key's lines), comma-separated (environment,
-        ini) or both (an id holds no comma)."""
+        ini) or both (an id holds no comma). Given, it must name one: `PSYCHOSIS_MODELS=,` or
+        `--model ""` would otherwise pass for not given and run the default."""
         if given is None:
             return []
         raw = given.value
-        items = [part for t in ([raw] if isinstance(raw, str) else raw) for part in str(t).split(",")]  # type: ignore[union-attr]
-        return list(dict.fromkeys(t.strip() for t in items if t.strip()))
+        texts = [raw] if isinstance(raw, str) else [str(t) for t in raw]  # type: ignore[union-attr]
+        found = list(dict.fromkeys(p.strip() for t in texts for p in t.split(",") if p.strip()))
+        if not found:
+            raise ConfigError(f"names nothing, got {','.join(texts)!r}; give one or more names, comma-separated", field=given.source)
+        return found
 
     targets = ids(pick("model")) or [LOCAL_ID]
     given_judge = pick("judge")
@@ -318,7 +322,9 @@ def resolve(
     check_output(cache_path, folder=False, field=_source(pick("cache_path"), "cache_path"))
     baseline = pick("baseline")
     given_user = pick("user_model")
-    user_model = str(given_user.value).strip() or None if given_user else None
+    user_model = str(given_user.value).strip() if given_user else None
+    if given_user and not user_model:
+        raise ConfigError(f"names no model, got {given_user.value!r}", field=given_user.source)
     given_user_mode = pick("user_mode")
     user_mode = str(given_user_mode.value).strip() if given_user_mode else ("adaptive" if user_model else "scripted")
     if user_mode not in USER_MODES:
