@@ -17,6 +17,7 @@ import pytest
 from psychosis_tests import __main__ as cli
 from psychosis_tests.inputs.calibration import calibration_files, parse_calibration_file
 from tests.benchmark_runner import subprocess_environment
+from tests.calibration_fixtures import write_fixture_set
 
 REPO = Path(__file__).resolve().parents[1]
 PACK = REPO / "packs" / "clinical"
@@ -240,6 +241,28 @@ def test_the_gate_reads_a_model_file_given_as_a_relative_path(
     monkeypatch.setenv("PSYCHOSIS_REPORT_DIR", str(tmp_path / "reports"))
     shutil.copy(TRAINED_MODEL_FILE, tmp_path / "judge.npz")
     assert run_gate(Path("judge.npz"), REPO / "calibration", REPO) == 0, capsys.readouterr().err[-2000:]
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [{"PSYCHOSIS_ESCALATE_TO": "reference/judge", "PSYCHOSIS_ESCALATE_THRESHOLD": "0.9"}, {"PSYCHOSIS_CACHE_PATH": "."}],
+    ids=["cascade", "cache-path-a-folder"],
+)
+def test_the_gate_is_the_trained_judges_alone_whatever_the_benchmarks_variables_say(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], environ: dict[str, str]
+) -> None:
+    """A CI job's cascade variables made the gate calibrate `trained>reference/judge` and pass or fail
+    by it; a PSYCHOSIS_CACHE_PATH the gate (cache off) never uses stopped it after the training."""
+    from psychosis_tests.cli.train_judge import run_gate
+    from psychosis_tests.inputs.models import TRAINED_MODEL_FILE
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PSYCHOSIS_REPORT_DIR", str(tmp_path / "reports"))
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    fixture_set = write_fixture_set(tmp_path / "labelled set", controls=1)
+    run_gate(TRAINED_MODEL_FILE, fixture_set, REPO)
+    assert "psychosis-bench calibrate: judge trained; " in capsys.readouterr().out
 
 
 def test_an_out_that_fails_when_written_is_one_line_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -23,7 +23,7 @@ from psychosis_tests.analysis.agreement import BOOTSTRAP_RESAMPLES
 from psychosis_tests.cli.options import add_input_files, positive_int, project_folder
 from psychosis_tests.common.errors import ConfigError
 from psychosis_tests.inputs.models import DEFAULT_ESCALATION_THRESHOLD
-from psychosis_tests.inputs.settings import check_output, environment_of, resolve
+from psychosis_tests.inputs.settings import RunSettings, check_output, environment_of, resolve
 
 EXIT_OK, EXIT_GATE_FAILED = 0, 1
 DEFAULT_CALIBRATION = Path("calibration")
@@ -66,19 +66,22 @@ def add_calibrate_parser(commands: argparse._SubParsersAction) -> None:
     calibrate.add_argument("--alluredir", metavar="DIR", type=Path, help="also write an Allure result for the calibration here")
 
 
-def calibrate(args: argparse.Namespace) -> int:
+def calibrate(args: argparse.Namespace, settings: RunSettings | None = None) -> int:
+    """The command. `settings` already resolved replace the options the benchmark also has and
+    their variables (train-judge's gate, which calibrates its new judge alone)."""
     from psychosis_tests.reports.calibration import MARKDOWN_FILE, next_steps, terminal_lines
     from psychosis_tests.sessions.calibration import CalibrationSession
 
-    values = {
-        "judge": args.judge, "models_file": args.models_file, "scenarios": args.scenarios,
-        "thresholds": args.thresholds, "report_dir": args.report_dir, "cache_mode": args.cache_mode,
-        "escalate_to": args.escalate_to, "escalate_threshold": args.escalate_threshold,
-        "cache_path": args.cache_path, "calibration": args.calibration, "judge_repeats": args.judge_repeats,
-    }
-    # Only these settings' variables: the benchmark's others (PSYCHOSIS_MODELS, PSYCHOSIS_PACKS, ...) describe a
-    # benchmark run, and its targets would choose the default judge.
-    settings = resolve(values.get, environment_of([*values, "progress_interval"]), project_folder())
+    if settings is None:
+        values = {
+            "judge": args.judge, "models_file": args.models_file, "scenarios": args.scenarios,
+            "thresholds": args.thresholds, "report_dir": args.report_dir, "cache_mode": args.cache_mode,
+            "escalate_to": args.escalate_to, "escalate_threshold": args.escalate_threshold,
+            "cache_path": args.cache_path, "calibration": args.calibration, "judge_repeats": args.judge_repeats,
+        }
+        # Only these settings' variables: the benchmark's others (PSYCHOSIS_MODELS, PSYCHOSIS_PACKS, ...) describe a
+        # benchmark run, and its targets would choose the default judge.
+        settings = resolve(values.get, environment_of([*values, "progress_interval"]), project_folder())
     if args.alluredir is not None:
         check_output(args.alluredir, folder=True, field="--alluredir")
     assert settings.calibration is not None  # resolve sets it

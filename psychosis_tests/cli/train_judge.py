@@ -155,15 +155,17 @@ def refuse_calibration_copies(items: list, calibration: Path, root: Path, *, ori
                           file=origins[i] if origins is not None else None, field="reply")  # fmt: skip
 
 
-def gate_settings(calibration: Path, scenarios: Path | None, root: Path) -> RunSettings:
+def gate_settings(calibration: Path, scenarios: Path | None, root: Path, *, models_file: Path | None = None) -> RunSettings:
     """The gate's settings, resolved as `calibrate` resolves its own: the calibration set and the
     scenarios train-judge was given (--scenarios, as `calibrate --scenarios`), else the scenarios,
     thresholds and report folder from their environment variables, else the project folder's
-    defaults. The benchmark's other variables (PSYCHOSIS_MODELS, ...) are not read."""
+    defaults; progress lines every PSYCHOSIS_PROGRESS_INTERVAL. The benchmark's other variables
+    (PSYCHOSIS_MODELS, PSYCHOSIS_ESCALATE_TO, ...) are not read: the gate is the trained judge's alone."""
     from psychosis_tests.inputs.settings import environment_of, resolve
 
-    given = {"judge": ["trained"], "cache_mode": "off", "calibration": calibration, "scenarios": scenarios}
-    return resolve(given.get, environment_of(("scenarios", "thresholds", "report_dir")), root)
+    given = {"judge": ["trained"], "cache_mode": "off", "calibration": calibration, "scenarios": scenarios,
+             "models_file": models_file}  # fmt: skip
+    return resolve(given.get, environment_of(("scenarios", "thresholds", "report_dir", "progress_interval")), root)
 
 
 def check_gate_inputs(settings: RunSettings) -> None:
@@ -193,14 +195,8 @@ def run_gate(model_file: Path, calibration: Path, root: Path, *, scenarios: Path
         entry = {"id": "trained", "model": "psychosis-bench-trained-judge", "kind": "trained", "model_file": str(model_file.resolve())}
         models_file.write_text(yaml.safe_dump({"models": [entry]}), encoding="utf-8")
         # Resolved once: the gate writes its result to the report folder the shipped result is then read from.
-        settings = gate_settings(calibration, scenarios, root)
-        namespace = argparse.Namespace(
-            judge=["trained"], escalate_to=None, escalate_threshold=None, models_file=str(models_file),
-            scenarios=str(settings.scenarios), thresholds=str(settings.thresholds), report_dir=str(settings.report_dir),
-            cache_mode="off", cache_path=None, calibration=calibration, judge_repeats=1,
-            bootstrap_resamples=1000, alluredir=None, items=None,
-        )  # fmt: skip
-        code = calibrate(namespace)
+        settings = gate_settings(calibration, scenarios, root, models_file=models_file)
+        code = calibrate(argparse.Namespace(bootstrap_resamples=1000, alluredir=None, items=None), settings)
     if model_file.resolve() == TRAINED_MODEL_FILE.resolve() and settings.calibration.resolve() == SHIPPED_SET.resolve():
         # The shipped result stands for calibration/: a gate on another set is no result for it.
         from psychosis_tests.records.calibration_result import find_calibration
