@@ -252,6 +252,9 @@ def _expected(name: str, raw: object, base: Path) -> object:
 def test_command_line_beats_environment_beats_ini_beats_default(name: str, tmp_path: Path) -> None:
     project, cwd = tmp_path / "project", tmp_path / "cwd"
     cli_value, env_value, ini_value = SAMPLES[name]
+    if name == "calibration":  # a calibration set named must be there
+        for folder in (cwd / "cli-set", cwd / "env-set", project / "ini-set"):
+            folder.mkdir(parents=True)
     base = {} if name == "model" else {"model": ["reference/guardian"]}
 
     def settings(cli: object, env: object, ini: object):
@@ -316,6 +319,22 @@ def test_a_setting_given_with_no_name_in_it_is_a_usage_error_not_the_default(
     with pytest.raises(ConfigError) as raised:
         resolve(cli.get, environ, Path("/p"), ini.get)
     assert str(raised.value).startswith(message), str(raised.value)
+
+
+@pytest.mark.parametrize("source", ["cli", "env", "ini"])
+def test_a_calibration_set_named_that_is_not_there_is_a_usage_error(source: str, tmp_path: Path) -> None:
+    """A benchmark run took it and reported its judge "not calibrated" (its calibration set being one
+    that does not exist), e.g. a relative PSYCHOSIS_CALIBRATION given from a sub-folder."""
+    cli = {**GUARDIAN, **({"calibration": "calibration"} if source == "cli" else {})}
+    environ = {ENV["calibration"]: "calibration"} if source == "env" else {}
+    ini = {"calibration": "elsewhere"} if source == "ini" else {}
+    (tmp_path / "calibration").mkdir()
+    with pytest.raises(ConfigError) as raised:
+        resolve(cli.get, environ, tmp_path, ini.get, cwd=tmp_path / "sub")
+    where = {"cli": "--calibration", "env": ENV["calibration"], "ini": "psychosis_calibration in the ini file"}[source]
+    missing = tmp_path / ("elsewhere" if source == "ini" else "sub/calibration")
+    assert str(raised.value) == f"{where}: {missing}: calibration set not found (give a folder of *.yaml files or one file)"
+    assert resolve(GUARDIAN.get, {}, tmp_path, cwd=tmp_path / "sub").calibration == tmp_path / "calibration"
 
 
 def test_adaptive_mode_without_a_user_model_names_the_variable_that_asked_for_it() -> None:

@@ -347,6 +347,12 @@ def resolve(
                           "one --judge (the escalation may be a panel: repeat --escalate-to)", field=given_escalate_to.source)  # fmt: skip
     given_packs = pick("pack")
     packs = {name: pack_folder(project, name, source=given_packs.source) for name in ids(given_packs)}  # type: ignore[union-attr]
+    given_calibration = pick("calibration")
+    calibration = path("calibration", project / "calibration")
+    if given_calibration is not None and not calibration.exists():
+        # A benchmark run would only report its judge "not calibrated" on a set that is not there.
+        raise ConfigError(f"{calibration}: calibration set not found (give a folder of *.yaml files or one file)",
+                          field=given_calibration.source)  # fmt: skip
     shard = cli("shard")
     max_cost = number("max_cost", float, -1.0, 0, None) if pick("max_cost") else None
     return RunSettings(
@@ -365,7 +371,7 @@ def resolve(
         baseline=path("baseline", project) if baseline else None,
         force_baseline=not _empty(cli("force_baseline")),
         require_calibrated_judge=switch("require_calibrated_judge"),
-        calibration=path("calibration", project / "calibration"),
+        calibration=calibration,
         judge_repeats=int(number("judge_repeats", int, 1, 1, MAX_JUDGE_REPEATS)),
         progress_interval=number("progress_interval", float, DEFAULT_PROGRESS_INTERVAL, 0, MAX_PROGRESS_INTERVAL),
         user_model=user_model,
