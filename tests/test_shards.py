@@ -181,6 +181,24 @@ def test_missing_duplicated_and_foreign_shards_are_refused(benchmark_runner: Ben
     assert merge(first, second, out=tmp_path / "e") == 0  # the two halves make one run, and guardian passes
 
 
+def test_a_shard_selected_with_m_records_its_selection_under_xdist_too(benchmark_runner: BenchmarkRunner, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """With -m the selection is known only once the cases are collected, which under xdist the
+    workers do: without their word the shards' run.selection was null, and a merge of shards cut
+    from different selections (here -k) pooled half a run without a word."""
+    selections = []
+    for xdist in ([], ["-n", "2"]):
+        shards = []
+        for k, keyword in ((1, "conduit"), (2, "turing")):
+            _, run_dir = benchmark_runner.run_creating_one_folder(
+                *REFERENCE_RUN, "-m", "not judge_calibration", "-k", keyword, f"--shard={k}/2", *xdist
+            )
+            shards.append(run_dir)
+        selections.append(json.loads((shards[0] / "results.json").read_text())["run"]["selection"])
+        assert merge(*shards, out=tmp_path / f"merged-{len(xdist)}") == 2
+        assert "shards were cut from different selections" in capsys.readouterr().err
+    assert selections[0]["cases"] == 4 and selections[1] == selections[0]
+
+
 @pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["n0", "n2"])
 def test_a_shard_calls_models_for_its_own_cases_only(benchmark_runner: BenchmarkRunner, loopback: ReferenceServer, xdist: list[str]) -> None:
     """Conversations start at session start from the preselection: it must be split the same way,

@@ -137,20 +137,26 @@ class BenchmarkSession:
         return self.run_dir / f"collected-{worker}.json"
 
     def write_collection(self, worker: str, collected: dict[CaseKey, str]) -> None:
-        """An xdist worker's collected cases with their node ids, for the controller (xdist tells
-        it the node ids only). Written before the worker reports its collection finished."""
+        """An xdist worker's collected cases with their node ids, and the selection --shard cut
+        them from, for the controller (xdist tells it the node ids only). Written before the
+        worker reports its collection finished."""
         path = self._collection_file(worker)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps([[n, k.model_id, k.scenario_id] for k, n in collected.items()]), encoding="utf-8")
+        rows = [[n, k.model_id, k.scenario_id] for k, n in collected.items()]
+        tmp.write_text(json.dumps({"cases": rows, "selection": self.selection}), encoding="utf-8")
         tmp.replace(path)
 
     def read_collection(self, worker: str) -> dict[CaseKey, str]:
-        """The controller's side: what that worker collected; its file is removed once read."""
+        """The controller's side: what that worker collected; its file is removed once read. The
+        worker's selection becomes the run's: the controller collects nothing itself, and its guess
+        at session start is missing when -m, --deselect or node ids choose the cases."""
         path = self._collection_file(worker)
-        rows = json.loads(path.read_text(encoding="utf-8"))
+        found = json.loads(path.read_text(encoding="utf-8"))
         path.unlink()
-        return {CaseKey(model, scenario): nodeid for nodeid, model, scenario in rows}
+        if found["selection"] is not None:
+            self.selection = found["selection"]
+        return {CaseKey(model, scenario): nodeid for nodeid, model, scenario in found["cases"]}
 
     def outcome(
         self, key: CaseKey, *, tick: Callable[[], None] | None = None, every: float = 10.0
