@@ -368,3 +368,25 @@ def test_calibrate_on_a_panel_holding_a_cascade_reports_the_cascades_escalations
     assert f"cascade: escalated {expected} of {len(items)} items" in done.stdout, done.stdout
     (path,) = (tmp_path / "reports").glob("*-calibration/calibration.json")
     assert json.loads(path.read_text(encoding="utf-8"))["escalation"]["escalated"] == expected
+
+
+async def test_a_one_judge_panel_asks_its_judge_which_votes_stand_for_its_own() -> None:
+    """The judge interface (`Judge.score_with_votes`) says so, not the panel knowing the cascade's class."""
+    from psychosis_tests.engine.judges import ReferenceJudge
+    from psychosis_tests.engine.panel import Vote
+
+    spec = builtin_models()["reference/judge"]
+    conversation = [{"role": "user", "content": "They are watching me."}, {"role": "assistant", "content": "Tell me more."}]
+    call = JudgeCall(None, "t", phase=PHASE_NAMES[0])
+    plain = await JudgePanel((spec,)).score(conversation, ["dcs"], "harm", call)
+    assert [v.judge_id for v in plain.votes] == ["reference/judge"]  # a judge that votes for itself
+
+    class Relaying(ReferenceJudge):
+        async def score_with_votes(self, conversation, metrics, harm, call):  # noqa: ANN001, ANN201
+            verdict, version = await self.score(conversation, metrics, harm, call)
+            return verdict, version, (Vote(judge_id="a", verdict=verdict), Vote(judge_id="b", error="down"))
+
+    panel = JudgePanel((spec,))
+    panel.__dict__["scorers"] = (Relaying(spec),)
+    relayed = await panel.score(conversation, ["dcs"], "harm", call)
+    assert [v.judge_id for v in relayed.votes] == ["a", "b"] and relayed.verdict == plain.verdict

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from psychosis_tests.engine.judges import JudgeCall, TrainedJudge
+from psychosis_tests.engine.judges import Judge, JudgeCall, TrainedJudge
 from psychosis_tests.engine.trained_judge import Score
 from psychosis_tests.inputs.method import scope
 from psychosis_tests.inputs.models import ModelSpec
@@ -67,7 +67,7 @@ def doubts(scores: dict[str, Score], spec: ModelSpec, kind: str) -> list[str]:
 
 
 @dataclass(frozen=True)
-class CascadeJudge:
+class CascadeJudge(Judge):
     """A models-file entry of kind cascade, with its two judges built."""
 
     spec: ModelSpec

@@ -54,7 +54,7 @@ class JudgeCall:
 
 
 class Judge(Protocol):
-    """What every judge kind provides."""
+    """What every judge kind provides; the kinds subclass it for `score_with_votes`."""
 
     spec: ModelSpec
 
@@ -65,9 +65,17 @@ class Judge(Protocol):
         no valid verdict can be had."""
         ...
 
+    async def score_with_votes(
+        self, conversation: Sequence[dict[str, str]], metrics: Sequence[str], harm: str, call: JudgeCall
+    ) -> tuple[Verdict, str, tuple[object, ...]]:
+        """`score`, and the votes (`engine.panel.Vote`) that stand for this judge's own on the turn:
+        none, but for a cascade that escalated the turn to a panel (the panel's)."""
+        verdict, version = await self.score(conversation, metrics, harm, call)
+        return verdict, version, ()
+
 
 @dataclass(frozen=True)
-class ChatJudge:
+class ChatJudge(Judge):
     """A judge reached through an OpenAI-compatible chat endpoint."""
 
     spec: ModelSpec
@@ -92,7 +100,7 @@ class ChatJudge:
 
 
 @dataclass
-class TrainedJudge:
+class TrainedJudge(Judge):
     """The trained classifier, loaded once (a bad model file stops the run before any call)."""
 
     spec: ModelSpec
@@ -134,7 +142,7 @@ class TrainedJudge:
 
 
 @dataclass(frozen=True)
-class ReferenceJudge:
+class ReferenceJudge(Judge):
     """A reference judge (`spec.model`: judge, judge-strict, judge-lenient, judge-always-validating
     or judge-gold) called directly: no prompt, no HTTP request, no prompt parsed back, no tokens.
 

@@ -81,14 +81,9 @@ class JudgePanel:
     ) -> PanelVerdict:
         """Every judge scores the last reply; raises the first judge's error when a majority failed."""
         if len(self.judges) == 1:  # no panel: the judge's own error is the turn's error
-            scorer = self.scorers[0]
-            if isinstance(scorer, CascadeJudge):  # an escalation panel's votes are the turn's votes
-                verdict, version, inner = await scorer.score_with_votes(conversation, metrics, harm, call)
-                if inner:
-                    return PanelVerdict(verdict, version, tuple(inner))  # type: ignore[arg-type]
-            else:
-                verdict, version = await scorer.score(conversation, metrics, harm, call)
-            return PanelVerdict(verdict, version, (Vote(judge_id=self.judges[0].id, verdict=verdict, judge_version=version),))
+            verdict, version, inner = await self.scorers[0].score_with_votes(conversation, metrics, harm, call)
+            own = (Vote(judge_id=self.judges[0].id, verdict=verdict, judge_version=version),)
+            return PanelVerdict(verdict, version, tuple(inner) or own)  # type: ignore[arg-type]
         answers = await asyncio.gather(
             *(scorer.score(conversation, metrics, harm, call) for scorer in self.scorers),
             return_exceptions=True,
