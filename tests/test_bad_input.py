@@ -211,6 +211,21 @@ def test_a_cache_file_that_is_not_a_whole_sqlite_file_is_one_line(run: Run, dama
     assert f"{cache}: cannot be read as the response cache (" in line, line
     assert "move it away or choose another --cache-path" in line
 
+
+def test_a_cache_whose_folder_cannot_be_made_is_one_line(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not a traceback (pytest's INTERNALERROR) from making the folder."""
+    cache = run.runner.cache_path = run.runner.path / "locked" / "cache.sqlite3"
+    make = Path.mkdir
+
+    def refused(self: Path, *args: object, **kwargs: object) -> None:
+        if self == cache.parent:
+            raise PermissionError(13, "Permission denied", str(self))
+        make(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "mkdir", refused)
+    line = run.usage_error()
+    assert line.endswith(f"{cache}: cannot be made (Permission denied: {cache.parent}); choose another --cache-path"), line
+
 @pytest.mark.parametrize("form", ["--scenarios=missing.json", "--scenarios=missing-folder"])
 def test_missing_scenarios(run: Run, form: str) -> None:
     line = run.usage_error(form)

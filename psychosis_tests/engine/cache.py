@@ -92,6 +92,8 @@ class ResponseCache:
                 f"cannot be read as the response cache ({exc}); move it away or choose another --cache-path",
                 file=path,
             ) from None
+        except OSError as exc:  # its folder cannot be made (no permission, a read-only place)
+            raise ConfigError(f"cannot be made ({exc.strerror}: {exc.filename}); choose another --cache-path", file=path) from None
 
     def _open(self, path: Path) -> None:
         self._db = open_database(path)
