@@ -58,6 +58,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.trained_judge import OTHER_MODELS_HOLDOUT, corpus_in_batches  # noqa: E402
 from psychosis_tests.analysis.agreement import kappa  # noqa: E402
 from psychosis_tests.analysis.judge_training import Fold, cross_validate, is_real_model  # noqa: E402
+from psychosis_tests.common.errors import ConfigError, LocalModelError  # noqa: E402
 from psychosis_tests.common.json_lines import json_lines  # noqa: E402
 from psychosis_tests.engine.judges import JudgeCall, TrainedJudge  # noqa: E402
 from psychosis_tests.records.calibration_result import GATED, row_title  # noqa: E402
@@ -298,4 +299,8 @@ def check_corpus_choice(on_calibration: Simulation, chosen: tuple, choice: str, 
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (ConfigError, LocalModelError) as error:  # bad input (--cache-path, --models-file, ...): one line, as calibrate shows it
+        print(f"cascade_sweep.py: {error}", file=sys.stderr)
+        sys.exit(2)

@@ -390,3 +390,19 @@ async def test_a_one_judge_panel_asks_its_judge_which_votes_stand_for_its_own() 
     panel.__dict__["scorers"] = (Relaying(spec),)
     relayed = await panel.score(conversation, ["dcs"], "harm", call)
     assert [v.judge_id for v in relayed.votes] == ["a", "b"] and relayed.verdict == plain.verdict
+
+
+@pytest.mark.parametrize("bad", ["folder", "not-sqlite"])
+def test_the_sweep_names_a_bad_cache_path_in_one_line(tmp_path: Path, bad: str) -> None:
+    """As calibrate does (bad input, exit 2), not a traceback."""
+    cache = tmp_path / "cache.sqlite3"
+    if bad == "folder":
+        cache.mkdir()
+    else:
+        cache.write_bytes(b"not a database " * 100)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "cascade_sweep.py"), "--escalate-to", "reference/judge", "--cache-path", str(cache)],
+        cwd=tmp_path, capture_output=True, text=True, env=subprocess_environment(), timeout=300,
+    )  # fmt: skip
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("cascade_sweep.py: ") and str(cache) in lines[0], done.stderr
