@@ -212,6 +212,14 @@ def test_compare_exits_3_when_it_compared_no_case(tmp_path: Path, capsys: pytest
     assert printed.err.strip() == f"psychosis-bench compare: no case of {new} was compared with {old} (see the notes)"
 
 
+def test_compare_help_names_every_exit_status(capsys: pytest.CaptureFixture[str]) -> None:
+    """`compare --help` listed 0, 1 and 2 but not 3, the status a CI gate must tell from a pass."""
+    with pytest.raises(SystemExit):
+        cli.main(["compare", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "2 bad input, 3 no case was compared" in text
+
+
 def test_incompatible_baseline_is_refused_naming_both_values_unless_forced(tmp_path: Path) -> None:
     baseline = Baseline.load(results_file(tmp_path / "run", models=["m"], scenario_set="S1"))
     with pytest.raises(BaselineError) as refused:

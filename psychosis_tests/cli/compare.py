@@ -44,7 +44,7 @@ def add_compare_command(commands: argparse._SubParsersAction) -> None:
         "compare",
         help="markdown regression table of NEW against baseline OLD; exit 1 when anything regressed",
         description="Compare every case of run NEW with baseline run OLD per phase and metric. "
-        "Exit status: 0 nothing regressed, 1 something regressed, 2 bad input.",
+        "Exit status: 0 nothing regressed, 1 something regressed, 2 bad input, 3 no case was compared.",
     )
     compare.add_argument("old", type=Path, metavar="OLD", help="baseline: a run folder or its results.json")
     compare.add_argument("new", type=Path, metavar="NEW", help="the run to check: a run folder or its results.json")
