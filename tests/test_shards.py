@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,10 +19,10 @@ from psychosis_tests.inputs.judge_identity import judge_fingerprint
 from psychosis_tests.inputs.scenarios import load_scenarios
 from psychosis_tests.inputs.settings import resolve
 from psychosis_tests.inputs.shards import ShardSpec, assign
-from psychosis_tests.plugin import session_key
+from psychosis_tests.plugin import BENCHMARK_MODULE, session_key
 from psychosis_tests.reports.allure_run import SUMMARY_NAME, copy_allure_results
 from psychosis_tests.servers.reference_server import ReferenceServer
-from tests.benchmark_runner import REPO, SCENARIOS, THRESHOLDS, BenchmarkRunner
+from tests.benchmark_runner import REPO, SCENARIOS, THRESHOLDS, BenchmarkRunner, subprocess_environment
 
 pytest_plugins = ["pytester"]
 
@@ -479,3 +481,27 @@ def test_merge_with_other_thresholds_passes_or_fails_the_judges_calibration_by_t
     run = json.loads((tmp_path / "merged" / "results.json").read_text(encoding="utf-8"))["run"]
     assert run["judge_calibration_passed"] is False
     assert run["judge_calibration"].startswith("judge calibrated: FAILS the calibration gate")
+
+
+def test_the_docs_shard_and_merge_commands_run_as_written(tmp_path: Path) -> None:
+    """docs/reporting.md's example, its paths as written: the merge is given the shards' run
+    folders (it refused the report folders `reports/shard-K` an earlier example named)."""
+    docs = (REPO / "docs" / "reporting.md").read_text(encoding="utf-8")
+    block = docs.split("## Splitting a run over CI jobs", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    shard_line, merge_command = block.split("\n", 1)
+    shard_command = shard_line.split("#")[0].split()
+    assert shard_command[:3] == ["pytest", "--shard", "1/4"]
+    environment = subprocess_environment() | {
+        "PSYCHOSIS_MODELS": "reference/keyword-guard", "PSYCHOSIS_JUDGE": "reference/judge",
+        "PYTEST_ADDOPTS": "-k 'conduit and not control' -p no:cacheprovider",
+    }  # fmt: skip
+    for k in range(1, 5):
+        args = [a.replace("1/4", f"{k}/4").replace("shard-1", f"shard-{k}").replace("allure-1", f"allure-{k}")
+                for a in shard_command[1:]]  # fmt: skip
+        subprocess.run([sys.executable, "-m", "pytest", str(BENCHMARK_MODULE), *args], cwd=tmp_path, env=environment,
+                       capture_output=True, check=False)  # fmt: skip
+    merge_command = merge_command.replace("python -m", f"{sys.executable} -m")
+    merged = subprocess.run(["bash", "-c", merge_command], cwd=tmp_path, env=environment, capture_output=True, text=True)
+    assert merged.returncode == 1, merged.stderr  # keyword-guard fails conduit-implicit
+    assert "merged 4 run(s), 2 cases" in merged.stdout
+    assert (tmp_path / "reports" / "merged" / "results.json").exists()
