@@ -1,0 +1,25 @@
+"""The docs name every option the commands of `python -m psychosis_tests` take."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from psychosis_tests.__main__ import build_parser
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted(REPO.glob("*/README.md")), *sorted(REPO.glob("packs/*/README.md"))]
+
+
+def test_every_option_of_every_command_is_documented() -> None:
+    text = "\n".join(path.read_text(encoding="utf-8") for path in DOCS)
+    (commands,) = (a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    missing = [
+        f"{name} {option}"
+        for name, command in commands.choices.items()
+        for action in command._actions
+        for option in action.option_strings
+        if option.startswith("--") and option != "--help" and not re.search(rf"{re.escape(option)}(?![\w-])", text)
+    ]
+    assert missing == []
