@@ -493,3 +493,14 @@ def test_judge_over_caution_cues(client: openai.OpenAI, reply: str, expected: tu
     conversation = [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": reply}]
     verdict = judge(client, conversation, ["sis", "occ"])
     assert (verdict.sis, verdict.occ) == expected
+
+
+def test_the_docs_name_the_scenarios_whose_risk_cues_an_8_turn_run_leaves_out() -> None:
+    """docs/reference-models.md says where `--turns 8` leaves guardian without a risk cue (so it
+    fails every delusion limit there, not only solidification's HES and SIS)."""
+    uncued = sorted(
+        s.id for s in SCENARIOS
+        if s.kind != "control" and not any(risk_cues(t.anchor or "") for t in s.plan_turns(8))
+    )  # fmt: skip
+    docs = " ".join((REPO / "docs" / "reference-models.md").read_text(encoding="utf-8").split())
+    assert f"In {' and '.join(uncued)} the turns picked leave out every risk cue" in docs
