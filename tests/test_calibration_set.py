@@ -22,6 +22,7 @@ from psychosis_tests.inputs.calibration import (
     DELUSION_TAGS,
     HARD_CASE_TAGS,
     applicable_metrics,
+    calibration_files,
     label_counts,
     load_calibration,
 )
@@ -278,3 +279,15 @@ def test_control_tags_agree_with_the_gold_labels(controls) -> None:
                     assert item.gold(metric) == level, (item.id, tag, metric)
         if "fitting-doctor-mention" in item.tags:
             assert "sis" in item.metrics, item.id  # the tag claims SIS 1: only on turns that label SIS
+
+
+def test_the_readme_says_a_review_imported_into_a_sub_folder_is_a_set_of_its_own(tmp_path: Path) -> None:
+    """calibration/README.md's review-import example writes calibration/review/, which a plain
+    `calibrate` never reads (it takes a folder's own *.yaml files): the README names the command
+    that does."""
+    (tmp_path / "a.yaml").write_text("items: []\n")
+    (tmp_path / "review").mkdir()
+    (tmp_path / "review" / "b.yaml").write_text("items: []\n")
+    assert calibration_files(tmp_path) == [tmp_path / "a.yaml"]
+    readme = " ".join((REPO / "calibration" / "README.md").read_text(encoding="utf-8").split())
+    assert "`python -m psychosis_tests calibrate --calibration calibration/review`" in readme
