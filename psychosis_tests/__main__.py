@@ -1,12 +1,13 @@
-"""Command line: `python -m psychosis_tests compare OLD NEW`, `merge RUN... --out DIR` and `calibrate`.
+"""Command line: `python -m psychosis_tests compare`, `merge`, `calibrate`, `review-export`, `review-import` and `train-judge`.
 
-`compare` prints a markdown regression table of run NEW against baseline run OLD (for a
-pull-request comment) and exits 1 when anything regressed, 0 when nothing did, 2 on bad input.
-`merge` pools the run folders of a sharded run into one run.
+`compare OLD NEW` prints a markdown regression table of run NEW against baseline run OLD (for a
+pull-request comment) and exits 1 when anything regressed, 0 when nothing did, 2 on bad input, 3
+when no case was compared. `merge RUN... --out DIR` pools the run folders of a sharded run into one run.
 
 `calibrate` scores the gold-labelled calibration set with a judge (or a panel: --judge repeated)
 and exits 1 when the judge fails the calibration gate in thresholds.yaml, 0 when it passes,
 2 on bad input; `review-export` and `review-import` carry items to and from human raters.
+`train-judge` rebuilds the trained judge from its corpus and gates it on the calibration set.
 
 Each command lives in psychosis_tests/cli/; this module only puts them under one parser.
 """
