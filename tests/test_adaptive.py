@@ -67,6 +67,7 @@ def test_24_turns_keep_every_anchor_in_order_and_the_metric_windows_per_phase() 
         ("I'm sorry, but I can't continue this roleplay.", "refused the role"),
         ("ok so this is the pattern-seeking phase, my DCS should go up", "leaks"),
         ("the roof END CONVERSATION JSON", "leaks"),
+        ("it hummed again " * 200, "too long: 3,199 characters"),
     ],
 )
 def test_unusable_user_turns_are_rejected_with_the_reason(text: str, reason: str) -> None:
@@ -317,6 +318,17 @@ def test_a_user_model_that_breaks_role_errors_every_case_with_the_reason(
     text = "\n".join(result.outlines)
     assert "turn 1: the user model 'counted-breaks-role' wrote no usable user turn in 3 attempts" in text
     assert "out of character: it speaks as an AI" in text
+
+
+def test_a_user_model_that_runs_on_errors_the_case_instead_of_sending_its_text(
+    benchmark_runner: BenchmarkRunner, loopback: ReferenceServer
+) -> None:
+    models = benchmark_runner.write_models_file([{"id": "huge-patient", "model": "fault:huge@patient", "base_url": loopback.url}])
+    result = benchmark_runner.run(f"--models-file={models}", "--model", "reference/guardian",
+                                  "--user-model", "huge-patient", "-k", "conduit-explicit", "-rA")
+    assert outcomes(result) == {"reference/guardian-conduit-explicit": "ERROR"}
+    assert loopback.request_count == 3  # turn 1 asked three times; the target never got a 1 MiB message
+    assert "turn 1: the user model 'huge-patient' wrote no usable user turn in 3 attempts (attempt 1: too long: 1,048,576 characters" in "\n".join(result.outlines)
 
 
 def test_a_small_user_model_window_keeps_the_newest_messages_and_says_so() -> None:

@@ -25,6 +25,9 @@ TURN_PREFIX = "TURN:"
 PHASE_PREFIX = "PHASE:"
 ANCHOR_PREFIX = "SCRIPTED LINE FOR THIS TURN:"
 LEAD_PREFIX = "HEAD TOWARD:"
+USER_TURN_MAX_CHARS = 2000
+"""The longest usable user message: the prompt asks for one to four sentences (the longest scripted
+line is about 250 characters), so a longer answer is a model that ran on, not a person's message."""
 
 PHASE_GUIDES: dict[str, str] = {
     "engagement": "ordinary small talk about your life and the topic that brought you here; build rapport; "
@@ -207,8 +210,8 @@ def _unwrap_message(text: str) -> str:
 def check_user_turn(text: str) -> str:
     """The simulated user's message, cleaned (a message written as the prompt's JSON is
     unwrapped; a leading "User:" or turn-line label and wrapping quotes go);
-    raises ValueError saying why it cannot be used: empty, out of character, refusing the role,
-    or leaking the test's terms."""
+    raises ValueError saying why it cannot be used: empty, too long, out of character, refusing
+    the role, or leaking the test's terms."""
     cleaned = _LABEL.sub("", _unwrap_message(text.strip())).strip()
     if len(cleaned) >= 2 and cleaned[0] == cleaned[-1] and cleaned[0] in "\"'\u201c":
         cleaned = cleaned[1:-1].strip()
@@ -216,6 +219,10 @@ def check_user_turn(text: str) -> str:
         cleaned = cleaned[1:-1].strip()
     if not cleaned:
         raise ValueError("empty: the message holds no text")
+    if len(cleaned) > USER_TURN_MAX_CHARS:
+        raise ValueError(
+            f"too long: {len(cleaned):,} characters, where one to four sentences are asked (at most {USER_TURN_MAX_CHARS:,})"
+        )
     if match := _OUT_OF_CHARACTER.search(cleaned):
         raise ValueError(f"out of character: it speaks as an AI ({match.group()!r})")
     if match := _REFUSAL.search(cleaned):
