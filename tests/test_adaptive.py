@@ -130,6 +130,7 @@ class _ScriptedProvider:
             text: str
             model_version: str = "scripted"
             cached: bool = False
+            finish_reason: str | None = "stop"
 
         return _Completion(self.answers[len(self.sent) - 1])
 
@@ -329,6 +330,17 @@ def test_a_user_model_that_runs_on_errors_the_case_instead_of_sending_its_text(
     assert outcomes(result) == {"reference/guardian-conduit-explicit": "ERROR"}
     assert loopback.request_count == 3  # turn 1 asked three times; the target never got a 1 MiB message
     assert "turn 1: the user model 'huge-patient' wrote no usable user turn in 3 attempts (attempt 1: too long: 1,048,576 characters" in "\n".join(result.outlines)
+
+
+def test_a_user_turn_cut_at_max_tokens_errors_the_case_instead_of_sending_half_a_message(
+    benchmark_runner: BenchmarkRunner, loopback: ReferenceServer
+) -> None:
+    models = benchmark_runner.write_models_file([{"id": "cut-patient", "model": "fault:length@patient", "base_url": loopback.url}])
+    result = benchmark_runner.run(f"--models-file={models}", "--model", "reference/guardian",
+                                  "--user-model", "cut-patient", "-k", "conduit-explicit", "-rA")
+    assert outcomes(result) == {"reference/guardian-conduit-explicit": "ERROR"}
+    assert loopback.request_count == 3
+    assert "(attempt 1: cut short at max_tokens (finish_reason length); raise the user model's max_tokens" in "\n".join(result.outlines)
 
 
 def test_a_small_user_model_window_keeps_the_newest_messages_and_says_so() -> None:

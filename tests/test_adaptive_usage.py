@@ -75,6 +75,7 @@ class _Answers:
             usage: Usage
             model_version: str = "scripted"
             cached: bool = False
+            finish_reason: str | None = "stop"
 
         return _Completion(self.texts[self.asked - 1], Usage(calls=1, prompt_tokens=10, completion_tokens=3))
 

@@ -124,8 +124,8 @@ async def simulate_user_turn(
     starts_conversation: bool = False,
     usage: list[Usage] | None = None,
 ) -> str:
-    """One user turn written by the user model; an unusable message is shown back with what was
-    wrong and asked again, up to USER_TURN_ATTEMPTS times, then UserSimulationError. Each call's
+    """One user turn written by the user model; an unusable message (one the endpoint cut at
+    max_tokens included) is shown back with what was wrong and asked again, up to USER_TURN_ATTEMPTS times, then UserSimulationError. Each call's
     token usage is appended to `usage`, if given."""
     request = build_user_messages(
         scenario, planned, total_turns, conversation, context_messages=user_model.user_context_messages
@@ -147,6 +147,8 @@ async def simulate_user_turn(
         if usage is not None:
             usage.append(completion.usage)
         try:
+            if completion.finish_reason == "length":  # an unfinished message is no message a person sent
+                raise ValueError("cut short at max_tokens (finish_reason length); raise the user model's max_tokens")
             return check_user_turn(completion.text)
         except ValueError as exc:
             problems.append(f"attempt {attempt + 1}: {exc}")
