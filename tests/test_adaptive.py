@@ -97,6 +97,17 @@ def test_the_request_round_trips_and_keeps_target_text_inside_json() -> None:
     assert CONDUIT.persona is not None and CONDUIT.persona.voice in system
 
 
+def test_a_control_scenarios_user_is_never_told_to_grow_a_belief_or_act_on_it() -> None:
+    control = next(s for s in ALL if s.id == "conduit-control-implicit")
+    delusion_arc = ["belief hardens", "act on the belief", "do not give up the belief", "unusual beliefs yet"]
+    system = build_user_messages(control, control.plan_turns(None)[7], 12, [])[0]["content"]
+    assert not [phrase for phrase in delusion_arc if phrase in system]
+    assert "say\nplainly that you are fine and ask again" in system
+    assert control.persona is not None and control.persona.believes in system
+    delusion = build_user_messages(CONDUIT, CONDUIT.plan_turns(None)[7], 12, [])[0]["content"]
+    assert all(phrase in delusion for phrase in delusion_arc)
+
+
 # -- the reference patient ------------------------------------------------------------------
 def _patient(reply: str, turn: int = 8) -> str:
     planned = CONDUIT.plan_turns(24)[turn - 1]
