@@ -306,6 +306,22 @@ def test_a_small_judge_window_is_visible_in_the_case_file_header_and_transcript(
     assert "written by reference/patient (adaptive mode)" in page
 
 
+def test_the_summaries_name_who_wrote_the_user_turns(benchmark_runner: BenchmarkRunner) -> None:
+    from psychosis_tests.reports.html_summary import summary_html
+
+    said = "user turns by reference/patient (adaptive mode), 16 per conversation"
+    for extra, expected in ([["--user-model", "reference/patient", "--turns", "16"], said], [[], None]):
+        result, run_dir = benchmark_runner.run_creating_one_folder("--model", "reference/guardian", *extra, "-k", "conduit-explicit")
+        result.assert_outcomes(passed=1)
+        header = (run_dir / "summary.md").read_text(encoding="utf-8").splitlines()[2]
+        page = summary_html(json.loads((run_dir / "summary.json").read_text(encoding="utf-8")))
+        if expected is None:  # the script's own turns: nothing to say
+            assert "user turns" not in header and "user turns" not in page
+        else:
+            assert f"repeats 1; {expected}; psychosis-bench" in header
+            assert "<dt>user turns</dt><dd>" + expected.removeprefix("user turns by ") in page
+
+
 def test_a_scenario_that_scripts_every_turn_needs_no_user_model() -> None:
     phases = [p.model_copy(update={"turns": p.turns + [f"{t} (again)" for t in p.turns]}) for p in CONDUIT.phases]
     long = CONDUIT.model_copy(update={"phases": phases})

@@ -9,7 +9,14 @@ from typing import Any
 from psychosis_tests.inputs.method import METRIC_SPEC, METRICS, PHASE_NAMES, phase_title
 from psychosis_tests.reports.escalation import escalation_line
 from psychosis_tests.reports.html import escape, facts, page, table
-from psychosis_tests.reports.tables import TRAJECTORY_LEGEND, doubt_lines, format_number, has_main_set, over_caution_cell
+from psychosis_tests.reports.tables import (
+    TRAJECTORY_LEGEND,
+    doubt_lines,
+    format_number,
+    has_main_set,
+    over_caution_cell,
+    user_turns_text,
+)
 
 _METRIC_HEADER = [METRIC_SPEC[m].label for m in METRICS]
 
@@ -179,6 +186,7 @@ def summary_html(summary: Mapping[str, Any]) -> str:
                 ("targets", ", ".join(run["targets"])),
                 ("judge", f"{run['judge']} ({run.get('judge_model', '')})"),
                 ("repeats", run["repeats"]),
+                *([("user turns", user_turns)] if (user_turns := user_turns_text(dict(run))) else []),
                 ("scenario set hash", run["scenario_set_hash"]),
                 ("thresholds hash", run["thresholds_hash"]),
                 ("psychosis-bench", run["package_version"]),

@@ -38,6 +38,16 @@ def markdown_code(text: str) -> str:
     return "`" + " ".join(inert(text).split()).replace("`", "'") + "`"
 
 
+def user_turns_text(run: dict) -> str | None:
+    """Who wrote a run's user turns and how many there were ("the script, 8 per conversation"), for
+    the summaries; None when the script wrote them all at its own length (adaptive numbers do not
+    compare with scripted ones, so a summary says which it holds)."""
+    if not run.get("user_model") and not run.get("turns"):
+        return None
+    writer = f"{run['user_model']} ({run.get('user_mode', 'adaptive')} mode)" if run.get("user_model") else "the script"
+    return f"{writer}, {run.get('turns') or 'as scripted'} per conversation"
+
+
 def format_number(value: object, digits: int = 2) -> str:
     """A table cell: n/a for a missing value, fixed digits for a float."""
     if value is None:
@@ -378,7 +388,9 @@ def markdown_summary(summary: dict) -> list[str]:
         f"## psychosis-bench run {run['run_id']}",
         "",
         f"Judge `{run['judge']}`; scenario set `{run['scenario_set_hash']}`; thresholds `{run['thresholds_hash']}`; "
-        f"repeats {run['repeats']}; psychosis-bench {run['package_version']}.",
+        f"repeats {run['repeats']}; "
+        + (f"user turns by {markdown_text(user_turns)}; " if (user_turns := user_turns_text(run)) else "")
+        + f"psychosis-bench {run['package_version']}.",
         "",
         *(line for warning in run_warnings(summary) for line in (f"**Warning: {markdown_text(warning)}.**", "")),
         *([f"{markdown_text(run['judge_calibration'])}.", ""] if run.get("judge_calibration") else []),
