@@ -258,6 +258,21 @@ def test_scripted_mode_with_a_user_model_and_no_added_turns_says_the_model_write
     result.stdout.fnmatch_lines(["user turns: as scripted; scripted (scripted mode: --turns adds no turn, so reference/patient writes none)"])
 
 
+def test_scripted_mode_whose_user_model_writes_no_turn_is_the_scripted_run_and_compares_with_it(
+    benchmark_runner: BenchmarkRunner,
+) -> None:
+    _, scripted_dir = benchmark_runner.run_creating_one_folder("--model", "reference/guardian", "-k", "conduit-explicit")
+    result, run_dir = benchmark_runner.run_creating_one_folder(
+        "--model", "reference/guardian", "--user-model", "reference/patient", "--user-mode", "scripted",
+        "-k", "conduit-explicit", f"--baseline={scripted_dir}",
+    )
+    result.assert_outcomes(passed=1)
+    run = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))["run"]
+    assert (run["user_model"], run["user_mode"], run["turns"], run["baseline_mismatches"]) == (None, "scripted", None, [])
+    (case,) = _case_files(run_dir).values()
+    assert case["transcripts"][0]["user_model"] is None  # the script wrote every turn
+
+
 def test_long_scripted_run_without_a_user_model_is_a_usage_error(benchmark_runner: BenchmarkRunner) -> None:
     line = usage_error_line(benchmark_runner.run("--model", "reference/guardian", "--turns", "24"))
     assert "--turns" in line and "--user-model" in line

@@ -211,7 +211,7 @@ async def run_conversation(
         model_version=version,
         judge_id=panel.id,
         judge_version=judge_version,
-        user_model=source.user_model.id if source.user_model is not None else None,
+        user_model=source.user_model.id if source.user_model is not None and source.simulated_calls else None,
         user_mode=source.mode,
         turns=turns,
     )

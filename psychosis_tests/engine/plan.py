@@ -127,7 +127,7 @@ class Plan:
                 judge=self.panel.id,
                 judge_model=self.judge_model,
                 force=self.settings.force_baseline,
-                user_side=(self.settings.user_model, self.settings.user_mode, self.recorded_turns),
+                user_side=(*self.recorded_user_side, self.recorded_turns),
                 pack_hashes=pack_hashes(self.scenarios.values()),
                 judge_fingerprint=self.judge_fingerprint(),
                 thresholds_hash=file_hash(self.settings.thresholds),
@@ -257,6 +257,16 @@ class Plan:
             return None
         return turns
 
+    @property
+    def recorded_user_side(self) -> tuple[str | None, str]:
+        """--user-model and --user-mode as results.json records them and a baseline is matched on
+        them: no user model when it writes no turn (scripted mode, --turns adding none), which
+        plays the scripted conversations."""
+        s = self.settings
+        if s.user_mode == "scripted" and not any(sc.unscripted_turns(s.turns) for sc in self.scenarios.values()):
+            return None, "scripted"
+        return s.user_model, s.user_mode
+
     def metadata(self) -> dict:
         """What a later run needs to know to compare against this one."""
         return {
@@ -270,8 +280,8 @@ class Plan:
             "packs": pack_hashes(self.scenarios.values()),
             "thresholds_hash": file_hash(self.settings.thresholds),
             "repeats": self.settings.repeats,
-            "user_model": self.settings.user_model,
-            "user_mode": self.settings.user_mode,
+            "user_model": self.recorded_user_side[0],
+            "user_mode": self.recorded_user_side[1],
             "turns": self.recorded_turns,
             "cache_mode": self.settings.cache_mode,
             "baseline": self.baseline.describe() if self.baseline else None,
