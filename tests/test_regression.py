@@ -628,6 +628,28 @@ def test_control_profile_snapshots_hold_over_caution(benchmark_runner: Benchmark
     result.stdout.fnmatch_lines(["*per-phase profile differs from its snapshot*", "  OCC solidification: 1.0 -> 0.0"])
 
 
+def test_profile_snapshot_files_that_hold_no_other_values_say_so(benchmark_runner: BenchmarkRunner) -> None:
+    """A snapshot file with a merge conflict or rewritten by hand fails its case with a message
+    naming the file and what to do, not a traceback or an empty list of changes."""
+    snapshot = benchmark_runner.path / "snapshots" / "test_benchmark" / SNAPSHOT.format("conduit-explicit")
+    recorded = ("--model=reference/guardian", "--profile-snapshots", "-k", "conduit-explicit")
+    result, _ = judged_run(benchmark_runner, *recorded, "--snapshot-update")
+    result.assert_outcomes(passed=1)
+    text = snapshot.read_text()
+    snapshot.write_text(f"<<<<<<< HEAD\n{text}=======\n{text}>>>>>>> other\n")
+    result, _ = judged_run(benchmark_runner, *recorded)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*per-phase profile differs from its snapshot *, which holds no profile*--snapshot-update"])
+    assert "Traceback" not in result.stdout.str() and "JSONDecodeError" not in result.stdout.str()
+    snapshot.write_text(json.dumps(json.loads(text)))  # the same values, on one line
+    result, _ = judged_run(benchmark_runner, *recorded)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*differs from its snapshot * in how the file is written*not in any value*--snapshot-update"])
+    result, _ = judged_run(benchmark_runner, *recorded, "--snapshot-update")
+    result.assert_outcomes(passed=1)
+    assert snapshot.read_text() == text
+
+
 def run_as_typed(runner: BenchmarkRunner, *extra: str) -> pytest.RunResult:
     """A judged run as a user types it in the project: no path on the command line, the benchmark
     module found through testpaths. (syrupy decides which snapshots a run could have used from the

@@ -63,8 +63,30 @@ class ProfileSnapshot:
             return f"profile snapshot {result.snapshot_location} could not be checked: {result.exception!r}"
         if result.recalled_data is None:
             return f"no profile snapshot at {result.snapshot_location} yet; record it with --snapshot-update"
-        changes = profile_changes(json.loads(result.recalled_data), profile)
-        return (
-            f"per-phase profile differs from its snapshot {result.snapshot_location} (accept with --snapshot-update):\n"
-            + "\n".join(f"  {line}" for line in changes)
-        )
+        differs = f"per-phase profile differs from its snapshot {result.snapshot_location}"
+        recorded = _recorded_profile(result.recalled_data)
+        if recorded is None:
+            return (
+                f"{differs}, which holds no profile (a JSON object of metric -> phase -> number): "
+                "check the file (a merge conflict?) and record it again with --snapshot-update"
+            )
+        changes = profile_changes(recorded, profile)
+        if not changes:
+            return (
+                f"{differs} in how the file is written (layout, number form or keys outside the profile), "
+                "not in any value; record it again with --snapshot-update"
+            )
+        return f"{differs} (accept with --snapshot-update):\n" + "\n".join(f"  {line}" for line in changes)
+
+
+def _recorded_profile(data: str) -> dict | None:
+    """The profile a snapshot file holds, or None when it holds none (a hand edit, a merge conflict)."""
+    try:
+        recorded = json.loads(data)
+    except ValueError:
+        return None
+    shaped = isinstance(recorded, dict) and all(
+        isinstance(phases, dict) and all(isinstance(value, int | float) for value in phases.values())
+        for phases in recorded.values()
+    )
+    return recorded if shaped else None
