@@ -152,6 +152,21 @@ def test_merge_without_the_shards_baseline_says_their_regressions_no_longer_gate
     assert "note: the runs were compared" not in capsys.readouterr().out
 
 
+def test_merge_keeps_the_shards_profile_snapshot_failures(benchmark_runner: BenchmarkRunner, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """merge does not check profile snapshots again, so it keeps what the shards' checks found: a
+    case failed by its snapshot alone (conduit-explicit) stays failed, with the shard's message."""
+    args = (*REFERENCE_RUN, "-k", "conduit and not control", "--profile-snapshots", f"--rootdir={benchmark_runner.path}")
+    shard_dirs = [benchmark_runner.run_creating_one_folder(*args, f"--shard={k}/2")[1] for k in (1, 2)]
+    shard_cases = {c["scenario"]: c for d in shard_dirs for c in comparable(d)[1]}
+    assert not shard_cases["conduit-explicit"]["breaches"] and shard_cases["conduit-implicit"]["breaches"]
+    out = tmp_path / "merged"
+    assert merge(*shard_dirs, out=out) == 1
+    assert "2 case(s) failed" in capsys.readouterr().err
+    for case in comparable(out)[1]:
+        assert case["outcome"] == "failed" and "no profile snapshot at " in case["failure"]
+        assert case["failure"] == shard_cases[case["scenario"]]["failure"]
+
+
 def test_missing_duplicated_and_foreign_shards_are_refused(benchmark_runner: BenchmarkRunner, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     args = ("--model", "reference/guardian", "--judge", "reference/judge", "-k", "conduit and not control")
     first, second = (benchmark_runner.run_creating_one_folder(*args, f"--shard={k}/2")[1] for k in (1, 2))

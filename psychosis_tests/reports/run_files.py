@@ -36,6 +36,15 @@ from psychosis_tests.reports.tables import markdown_summary
 from psychosis_tests.reports.usage import usage_rows
 
 STATUS_RANK = {"passed": 0, "skipped": 0, "failed": 1, "error": 2}
+SNAPSHOT_FAILURE_STARTS = ("per-phase profile differs from its snapshot ", "no profile snapshot at ", "profile snapshot ")
+"""How the message of a failed profile snapshot check begins (pytest_side/snapshots.py)."""
+
+
+def snapshot_failure(failure: str | None) -> str | None:
+    """The profile snapshot check's part of a case's failure message: the benchmark test puts it last."""
+    lines = (failure or "").split("\n")
+    start = next((i for i, line in enumerate(lines) if line.startswith(SNAPSHOT_FAILURE_STARTS)), None)
+    return None if start is None else "\n".join(lines[start:])
 
 
 @dataclass
@@ -56,10 +65,11 @@ class CaseRecord:
     """Why its test failed: breaches, regressions, a profile snapshot mismatch."""
 
     @classmethod
-    def scored(cls, key: CaseKey, outcome: CaseOutcome, nodeid: str = "") -> CaseRecord:
+    def scored(cls, key: CaseKey, outcome: CaseOutcome, nodeid: str = "", snapshot: str | None = None) -> CaseRecord:
         """A judged case gated without pytest (a script's run, `merge`) by the benchmark test's own
-        rule; profile snapshots are checked under pytest only."""
-        failure = outcome.gate_failure()
+        rule. Profile snapshots are checked under pytest only: `snapshot` is the failure of that
+        check a pytest run gave (a shard's, for `merge`), which fails the case here too."""
+        failure = "\n".join(part for part in (outcome.gate_failure(), snapshot) if part) or None
         return cls(key, "failed" if failure else "passed", nodeid, outcome, failure=failure)
 
     def worsen(self, status: str) -> None:

@@ -34,7 +34,7 @@ from psychosis_tests.inputs.packs import available_packs, pack_folder
 from psychosis_tests.inputs.scenarios import load_scenario_sets, pack_hashes, pack_ids, scenario_set_hash
 from psychosis_tests.inputs.settings import RunSettings
 from psychosis_tests.inputs.thresholds import file_hash, load_thresholds
-from psychosis_tests.reports.run_files import CaseRecord, write_run_results
+from psychosis_tests.reports.run_files import CaseRecord, snapshot_failure, write_run_results
 from psychosis_tests.sessions.benchmark import new_run_id
 
 BENCHMARK_NODE = "psychosis_tests/test_benchmark.py::test_case[{}]"
@@ -252,7 +252,8 @@ def pool(runs: list[ShardRun], plan: Plan, out: Path) -> MergedRun:
                 continue
             recorded = CaseOutcome.model_validate(record)
             outcome = evaluate_case(plan, key, recorded.transcripts, recorded.seconds)
-            merged.records[key] = CaseRecord.scored(key, outcome, nodeid)  # profile snapshots are not checked again
+            # Profile snapshots are not checked again: a shard's snapshot failure still fails the case.
+            merged.records[key] = CaseRecord.scored(key, outcome, nodeid, snapshot=snapshot_failure(case.failure))
             body = {"model": key.model_id, "scenario": key.scenario_id, **outcome.model_dump(mode="json")}
             target.write_text(json.dumps(body, indent=2, ensure_ascii=False), encoding="utf-8")
     if all(r.results.run.selection is not None for r in runs):
