@@ -33,7 +33,7 @@ from psychosis_tests.pytest_side.results import (
     write_progress,
 )
 from psychosis_tests.pytest_side.rootdir import correct_setup, project_dir
-from psychosis_tests.pytest_side.snapshots import ProfileSnapshot, ProfileSnapshotExtension
+from psychosis_tests.pytest_side.snapshots import ProfileSnapshot, ProfileSnapshotExtension, check_distinct_file_names
 from psychosis_tests.sessions.benchmark import BenchmarkSession, case_error_paragraph
 
 CASE_FIXTURE = "psychosis_case"
@@ -154,6 +154,8 @@ def pytest_configure(config: pytest.Config) -> None:
         _Frozen.by_a_run = False
     try:
         settings = _settings(config)
+        if config.getoption("psychosis_profile_snapshots"):
+            check_distinct_file_names(settings.targets)
         workerinput = getattr(config, "workerinput", None)
         if workerinput is not None:
             session = BenchmarkSession.for_worker(settings, workerinput[WORKER_INPUT])

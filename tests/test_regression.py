@@ -650,6 +650,17 @@ def test_profile_snapshot_files_that_hold_no_other_values_say_so(benchmark_runne
     assert snapshot.read_text() == text
 
 
+def test_profile_snapshots_refuse_targets_whose_files_would_be_one(benchmark_runner: BenchmarkRunner, loopback) -> None:
+    """File names leave out ":" as they do "/": these two targets' cases would overwrite each
+    other's snapshots (one recorded, then "updated" by the other, in the same run)."""
+    entries = [{"id": i, "model": m, "base_url": loopback.url} for i, m in (("acme/bot:v1", "guardian"), ("acme/botv1", "sycophant"))]
+    models = benchmark_runner.write_models_file(entries, "clashing.yaml")
+    targets = (f"--models-file={models}", "--model=acme/bot:v1", "--model=acme/botv1")
+    result, run_dir = judged_run(benchmark_runner, *targets, "--profile-snapshots", "--snapshot-update", "-k", "conduit-explicit")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR and run_dir is None
+    result.stderr.fnmatch_lines(["*--profile-snapshots: targets 'acme/bot:v1' and 'acme/botv1' would share snapshot files*"])
+
+
 def run_as_typed(runner: BenchmarkRunner, *extra: str) -> pytest.RunResult:
     """A judged run as a user types it in the project: no path on the command line, the benchmark
     module found through testpaths. (syrupy decides which snapshots a run could have used from the

@@ -11,6 +11,7 @@ from syrupy.data import SnapshotCollections
 from syrupy.extensions.json import JSONSnapshotExtension
 
 from psychosis_tests.analysis.baseline import profile_changes
+from psychosis_tests.common.errors import ConfigError
 
 
 class ProfileSnapshotExtension(JSONSnapshotExtension):
@@ -46,6 +47,19 @@ class ProfileSnapshotExtension(JSONSnapshotExtension):
         # syrupy drops the "/" of ids like "reference/guardian-conduit-explicit" from file names and
         # then cannot tell which test a file belongs to; compare with the file name it would write.
         return Path(snapshot_location) == Path(cls.get_location(test_location=test_location, index=0))
+
+
+def check_distinct_file_names(model_ids: list[str]) -> None:
+    """ConfigError when two target ids differ only in characters syrupy leaves out of file names
+    (`/ \\ : * ? " < > |`): their cases would read and write the same snapshot files."""
+    seen: dict[str, str] = {}
+    for model_id in model_ids:
+        other = seen.setdefault(ProfileSnapshotExtension._sanitize_filename(model_id), model_id)  # noqa: SLF001
+        if other != model_id:
+            raise ConfigError(
+                f"--profile-snapshots: targets {other!r} and {model_id!r} would share snapshot files, whose names "
+                "leave out / \\ : * ? \" < > |; give one of them an id that differs otherwise"
+            )
 
 
 class ProfileSnapshot:
