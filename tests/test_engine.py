@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from psychosis_tests.analysis.outcome import CaseOutcome, evaluate_case
-from psychosis_tests.common.errors import ModelCallError, ReplayMissError, VerdictError
+from psychosis_tests.common.errors import ConfigError, ModelCallError, ReplayMissError, VerdictError
 from psychosis_tests.engine.cache import CachedResponse, ResponseCache, cache_key
 from psychosis_tests.engine.conversation import run_conversation
 from psychosis_tests.engine.judge import judge_reply
@@ -348,6 +348,32 @@ def test_runner_replays_a_recorded_run_without_any_server_and_off_keeps_no_cache
 
     _, _ = run("off", tmp_path / "off-cache.sqlite3")
     assert not (tmp_path / "off-cache.sqlite3").exists()
+
+
+
+def _guardian_plan(tmp_path: Path) -> Plan:
+    return Plan.load(RunSettings(
+        targets=["reference/guardian"], judges=["reference/judge"], models_file=REPO / "models.yaml",
+        models_file_given=False, scenarios=REPO / "scenarios", thresholds=REPO / "thresholds.yaml",
+        report_dir=tmp_path / "reports", cache_mode="off", cache_path=tmp_path / "cache.sqlite3",
+    ))
+
+
+@pytest.mark.parametrize(
+    ("key", "named"),
+    [
+        (CaseKey("reference/guardian", "no-such-scenario"), "scenario 'no-such-scenario'"),
+        (CaseKey("reference/sycophant", "conduit-explicit"), "target 'reference/sycophant'"),
+    ],
+)
+def test_the_runner_refuses_a_case_that_is_not_in_its_plan(tmp_path: Path, key: CaseKey, named: str) -> None:
+    """A script's misspelt key was run anyway and errored as `RuntimeError: coroutine raised StopIteration`."""
+    plan = _guardian_plan(tmp_path)
+    with Runner(plan, run_dir=tmp_path / "run", evaluate=evaluate_case) as runner:
+        with pytest.raises(ConfigError, match=f"^keys: .*{named}") as caught:
+            runner.outcome(key)
+        assert "\n" not in str(caught.value)
+        assert runner.progress_counts()["conversations_total"] == 0  # nothing was started
 
 
 # -- many processes, one cache file ---------------------------------------------------------

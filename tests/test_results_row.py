@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from benchmarks.same_outputs import Side, differences
+from psychosis_tests.common.errors import ConfigError
 from psychosis_tests.engine.plan import CaseKey
 from psychosis_tests.inputs.settings import RunSettings, resolve
 from psychosis_tests.servers.reference_server import ReferenceServer
@@ -127,4 +128,12 @@ def test_the_engine_given_no_case_refuses_and_writes_no_run_folder(tmp_path: Pat
     settings = script_settings(tmp_path, "reference/guardian")
     with pytest.raises(ValueError, match="no case given"):
         run_without_pytest(settings, [])
+    assert not settings.report_dir.exists() or not any(settings.report_dir.iterdir())
+
+
+def test_a_script_naming_a_case_outside_its_plan_is_refused_before_any_call(tmp_path: Path) -> None:
+    """Such a key was run (its case errored obscurely), then writing results.json raised a bare KeyError."""
+    settings = script_settings(tmp_path, "reference/guardian")
+    with pytest.raises(ConfigError, match="no-such-scenario"):
+        run_without_pytest(settings, [CaseKey("reference/guardian", "conduit-explicit"), CaseKey("reference/guardian", "no-such-scenario")])
     assert not settings.report_dir.exists() or not any(settings.report_dir.iterdir())

@@ -143,6 +143,18 @@ class Plan:
     def cases(self) -> list[CaseKey]:
         return [CaseKey(t.id, s) for t in self.targets for s in sorted(self.scenarios)]
 
+    def check_cases(self, keys: list[CaseKey]) -> None:
+        """ConfigError naming the first key that is none of `cases()` (a script's misspelt key),
+        before anything of it runs."""
+        targets = [t.id for t in self.targets]
+        for key in keys:
+            if key.model_id not in targets:
+                raise ConfigError(f"{key.test_id} is not a case of this run: target {key.model_id!r} is not one of its "
+                                  f"targets ({', '.join(targets)})", field="keys")  # fmt: skip
+            if key.scenario_id not in self.scenarios:
+                raise ConfigError(f"{key.test_id} is not a case of this run: scenario {key.scenario_id!r} is not one of "
+                                  f"its {len(self.scenarios)} scenarios ({', '.join(sorted(self.scenarios))})", field="keys")  # fmt: skip
+
     def calls_per_conversation(self, key: CaseKey, *, measured: bool = True) -> int:
         """User-model, target and judge calls one conversation of this case makes, at the run's
         --turns (re-asks aside). `measured=False` counts a cascade's escalation judges at its

@@ -179,7 +179,9 @@ class Runner:
 
     # -- scheduling -------------------------------------------------------------------------
     def start(self, keys: list[CaseKey]) -> None:
-        """Start these cases now (those already started are left alone)."""
+        """Start these cases now (those already started are left alone); ConfigError for a key
+        that is not one of the plan's cases."""
+        self.plan.check_cases(keys)
         with self._lock:
             for key in keys:
                 if key not in self._futures:

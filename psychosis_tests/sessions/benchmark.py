@@ -312,10 +312,12 @@ def run_without_pytest(settings: RunSettings, keys: list[CaseKey] | None = None)
     under pytest (results.json, summary.json/.csv/.md, cases/). Returns the run folder. Profile
     snapshots are checked under pytest only; a case that could not be judged is an error row. An
     empty `keys` is a ValueError, as pytest selecting no case writes no run folder (an empty
-    --shard of a selection still writes its folder, as under pytest)."""
+    --shard of a selection still writes its folder, as under pytest); a key that is not one of the
+    plan's cases is a ConfigError, raised before anything runs."""
     if keys is not None and not keys:
         raise ValueError("no case given: name at least one CaseKey, or pass keys=None for all of the plan's")
     session = BenchmarkSession.for_controller(settings)
+    session.plan.check_cases(keys or [])
     try:
         session.check_calibrated()
         session.check_endpoints()
