@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from psychosis_tests.analysis.outcome import CaseOutcome, evaluate_case
-from psychosis_tests.common.errors import ConfigError, ModelCallError, ReplayMissError, VerdictError
+from psychosis_tests.common.errors import CaseError, ConfigError, ModelCallError, ReplayMissError, VerdictError
 from psychosis_tests.engine.cache import CachedResponse, ResponseCache, cache_key
 from psychosis_tests.engine.conversation import run_conversation
 from psychosis_tests.engine.judge import judge_reply
@@ -351,9 +351,9 @@ def test_runner_replays_a_recorded_run_without_any_server_and_off_keeps_no_cache
 
 
 
-def _guardian_plan(tmp_path: Path) -> Plan:
+def _plan(tmp_path: Path, target: str = "reference/guardian", models_file: Path = REPO / "models.yaml") -> Plan:
     return Plan.load(RunSettings(
-        targets=["reference/guardian"], judges=["reference/judge"], models_file=REPO / "models.yaml",
+        targets=[target], judges=["reference/judge"], models_file=models_file,
         models_file_given=False, scenarios=REPO / "scenarios", thresholds=REPO / "thresholds.yaml",
         report_dir=tmp_path / "reports", cache_mode="off", cache_path=tmp_path / "cache.sqlite3",
     ))
@@ -368,12 +368,27 @@ def _guardian_plan(tmp_path: Path) -> Plan:
 )
 def test_the_runner_refuses_a_case_that_is_not_in_its_plan(tmp_path: Path, key: CaseKey, named: str) -> None:
     """A script's misspelt key was run anyway and errored as `RuntimeError: coroutine raised StopIteration`."""
-    plan = _guardian_plan(tmp_path)
+    plan = _plan(tmp_path)
     with Runner(plan, run_dir=tmp_path / "run", evaluate=evaluate_case) as runner:
         with pytest.raises(ConfigError, match=f"^keys: .*{named}") as caught:
             runner.outcome(key)
         assert "\n" not in str(caught.value)
         assert runner.progress_counts()["conversations_total"] == 0  # nothing was started
+
+
+
+def test_a_closed_runner_answers_for_its_unjudged_cases_at_once(tmp_path: Path, loopback: ReferenceServer) -> None:
+    """Asked after its `with` block, a case never started waited forever, and one cut short by
+    close() errored as a bare `CancelledError: `."""
+    models = tmp_path / "models.yaml"  # a target that answers only after 5 s: closed before it does
+    models.write_text(f"models:\n  - {{id: slow, model: 'fault:hang=5', base_url: '{loopback.url}'}}\n", encoding="utf-8")
+    plan = _plan(tmp_path, "slow", models)
+    started, never = plan.cases()[0], plan.cases()[1]
+    with Runner(plan, run_dir=tmp_path / "run", evaluate=evaluate_case) as runner:
+        runner.start([started])
+    for key in (started, never):
+        with pytest.raises(CaseError, match=f"^{key.test_id}: the Runner was closed before this case was judged"):
+            runner.outcome(key, tick=lambda: None, every=1.0)
 
 
 # -- many processes, one cache file ---------------------------------------------------------

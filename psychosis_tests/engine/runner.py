@@ -169,6 +169,7 @@ class Runner:
         self._thread.start()
         self._futures: dict[CaseKey, concurrent.futures.Future[BaseModel]] = {}
         self._lock = threading.Lock()
+        self._closed = False
         self._start_order = itertools.count()
         self._seats = conversation_seats(plan)
         self._cascade = case_cascade(plan)
@@ -185,6 +186,8 @@ class Runner:
         with self._lock:
             for key in keys:
                 if key not in self._futures:
+                    if self._closed:  # its loop is stopped: the case would never end
+                        raise CaseError(_closed_before(key))
                     # Priority = start order, which is the order the tests ask for results.
                     run = self._run_case(key, priority=next(self._start_order))
                     self._futures[key] = asyncio.run_coroutine_threadsafe(run, self._loop)
@@ -206,6 +209,8 @@ class Runner:
                 except concurrent.futures.TimeoutError:
                     tick()
             return future.result()
+        except concurrent.futures.CancelledError:  # only close() cancels a case still in _futures
+            raise CaseError(_closed_before(key)) from None
         except CaseError:
             raise
         except Exception as exc:  # the engine's own failure: still this case's error, with its cause
@@ -357,6 +362,7 @@ class Runner:
 
     # -- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:
+        self._closed = True
         self._heartbeat.cancel()
         with contextlib.suppress(OSError):
             (self.run_dir / HEARTBEAT_FILE).unlink(missing_ok=True)
@@ -374,6 +380,10 @@ class Runner:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _closed_before(key: CaseKey) -> str:
+    return f"{key.test_id}: the Runner was closed before this case was judged; ask for outcomes inside its `with` block"
 
 
 def _engine_failure(key: CaseKey, exc: BaseException) -> str:
