@@ -22,6 +22,7 @@ from psychosis_tests.inputs.shards import ShardSpec, assign
 from psychosis_tests.plugin import BENCHMARK_MODULE, session_key
 from psychosis_tests.reports.allure_run import SUMMARY_NAME, copy_allure_results
 from psychosis_tests.servers.reference_server import ReferenceServer
+from psychosis_tests.sessions.merge import MergeInputs, merge_runs
 from tests.benchmark_runner import REPO, SCENARIOS, THRESHOLDS, BenchmarkRunner, subprocess_environment
 
 pytest_plugins = ["pytester"]
@@ -520,3 +521,13 @@ def test_the_docs_shard_and_merge_commands_run_as_written(tmp_path: Path) -> Non
     assert merged.returncode == 1, merged.stderr  # keyword-guard fails conduit-implicit
     assert "merged 4 run(s), 2 cases" in merged.stdout
     assert (tmp_path / "reports" / "merged" / "results.json").exists()
+
+
+def test_merge_runs_from_a_script_refuses_an_out_that_is_a_file(benchmark_runner: BenchmarkRunner, tmp_path: Path) -> None:
+    """Only the command line checked --out: a script's merge_runs raised a bare NotADirectoryError."""
+    run = _matrix_run(benchmark_runner, "reference/guardian")
+    out = tmp_path / "merged"
+    out.write_text("a file", encoding="utf-8")
+    inputs = MergeInputs(models_file=REPO / "models.yaml", scenarios=SCENARIOS, thresholds=THRESHOLDS, project=REPO)
+    with pytest.raises(ConfigError, match=f"^--out: {re.escape(str(out))} is a file; give a folder$"):
+        merge_runs([run], out, inputs)

@@ -43,7 +43,6 @@ def add_merge_command(commands: argparse._SubParsersAction) -> None:
 def run_merge(args: argparse.Namespace) -> int:
     """The `merge` command; ConfigError (exit 2) is left to the caller."""
     project = project_folder()
-    check_output(args.out, folder=True, field="--out")
     if args.alluredir is not None:
         check_output(args.alluredir, folder=True, field="--alluredir")
 

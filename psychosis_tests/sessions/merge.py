@@ -32,7 +32,7 @@ from psychosis_tests.inputs.models import load_models_file, select, spelled_casc
 from psychosis_tests.records.results_file import ResultsFile, load_results, results_path
 from psychosis_tests.inputs.packs import available_packs, pack_folder
 from psychosis_tests.inputs.scenarios import load_scenario_sets, pack_hashes, pack_ids, scenario_set_hash
-from psychosis_tests.inputs.settings import RunSettings
+from psychosis_tests.inputs.settings import RunSettings, check_output
 from psychosis_tests.inputs.thresholds import file_hash, load_thresholds
 from psychosis_tests.reports.run_files import CaseRecord, snapshot_failure, write_run_results
 from psychosis_tests.sessions.benchmark import new_run_id
@@ -353,6 +353,7 @@ def carried_cache_mode(runs: list[ShardRun]) -> str:
 def merge_runs(paths: list[Path], out: Path, inputs: MergeInputs) -> tuple[dict, list[str]]:
     """Merge the runs into the run folder `out`; returns its summary and the thresholds and baseline
     notes, if any."""
+    check_output(out, folder=True, field="--out")
     runs = load_runs(paths)
     check_runs(runs)
     plan = build_plan(runs, inputs)
