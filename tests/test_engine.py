@@ -8,6 +8,7 @@ count shows how many calls reached the network.
 from __future__ import annotations
 
 import asyncio
+import gc
 import multiprocessing
 import shutil
 import sqlite3
@@ -377,18 +378,35 @@ def test_the_runner_refuses_a_case_that_is_not_in_its_plan(tmp_path: Path, key: 
 
 
 
+def _slow_plan(tmp_path: Path, loopback: ReferenceServer) -> Plan:
+    """A target that answers only after 5 s: a runner closed at once closes with its cases in flight."""
+    models = tmp_path / "models.yaml"
+    models.write_text(f"models:\n  - {{id: slow, model: 'fault:hang=5', base_url: '{loopback.url}'}}\n", encoding="utf-8")
+    return _plan(tmp_path, "slow", models)
+
+
 def test_a_closed_runner_answers_for_its_unjudged_cases_at_once(tmp_path: Path, loopback: ReferenceServer) -> None:
     """Asked after its `with` block, a case never started waited forever, and one cut short by
     close() errored as a bare `CancelledError: `."""
-    models = tmp_path / "models.yaml"  # a target that answers only after 5 s: closed before it does
-    models.write_text(f"models:\n  - {{id: slow, model: 'fault:hang=5', base_url: '{loopback.url}'}}\n", encoding="utf-8")
-    plan = _plan(tmp_path, "slow", models)
+    plan = _slow_plan(tmp_path, loopback)
     started, never = plan.cases()[0], plan.cases()[1]
     with Runner(plan, run_dir=tmp_path / "run", evaluate=evaluate_case) as runner:
         runner.start([started])
     for key in (started, never):
         with pytest.raises(CaseError, match=f"^{key.test_id}: the Runner was closed before this case was judged"):
             runner.outcome(key, tick=lambda: None, every=1.0)
+
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
+def test_a_runner_closed_with_cases_in_flight_leaves_none_to_fail_when_collected(tmp_path: Path, loopback: ReferenceServer) -> None:
+    """close() stopped the loop with the cancelled cases still unwinding: each raised 'Event loop
+    is closed' when it was garbage collected."""
+    plan = _slow_plan(tmp_path, loopback)
+    with Runner(plan, run_dir=tmp_path / "run", evaluate=evaluate_case) as runner:
+        runner.start(plan.cases()[:3])
+    del runner
+    gc.collect()
 
 
 # -- many processes, one cache file ---------------------------------------------------------

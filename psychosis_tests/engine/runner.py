@@ -369,11 +369,20 @@ class Runner:
         for future in self._futures.values():
             future.cancel()
         if self._loop.is_running():
-            asyncio.run_coroutine_threadsafe(self.provider.aclose(), self._loop).result(timeout=30)
+            asyncio.run_coroutine_threadsafe(self._wind_down(), self._loop).result(timeout=30)
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=30)
         if self.cache is not None:
             self.cache.close()
+
+    async def _wind_down(self) -> None:
+        """Let the cancelled cases unwind before the loop stops (a case left mid-await on a stopped
+        loop raises 'Event loop is closed' when it is collected), then close the provider."""
+        cases = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in cases:
+            task.cancel()
+        await asyncio.gather(*cases, return_exceptions=True)
+        await self.provider.aclose()
 
     def __enter__(self) -> Runner:
         return self
