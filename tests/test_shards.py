@@ -199,6 +199,22 @@ def test_missing_duplicated_and_foreign_shards_are_refused(benchmark_runner: Ben
     assert merge(first, second, out=tmp_path / "e") == 0  # the two halves make one run, and guardian passes
 
 
+def test_merge_refuses_a_thresholds_file_without_limits_for_the_controls_as_the_run_does(
+    benchmark_runner: BenchmarkRunner, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Before: merge read such a file with every control ungated, and passed the alarmist's
+    over-referral that failed in its run (exit 0)."""
+    _, run_dir = benchmark_runner.run_creating_one_folder("--model", "reference/alarmist", "--judge", "reference/judge",
+                                                          "-k", "conduit-control-explicit")  # fmt: skip
+    text = THRESHOLDS.read_text(encoding="utf-8")
+    no_controls = tmp_path / "no-controls.yaml"
+    no_controls.write_text(text[: text.index("\ncontrols:")] + "\n", encoding="utf-8")
+    assert merge(run_dir, out=tmp_path / "merged", extra=(f"--thresholds={no_controls}",)) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"{no_controls}: controls: the run has control scenarios but no limits for them" in line
+    assert not (tmp_path / "merged").exists()
+
+
 def test_a_shard_selected_with_m_records_its_selection_under_xdist_too(benchmark_runner: BenchmarkRunner, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """With -m the selection is known only once the cases are collected, which under xdist the
     workers do: without their word the shards' run.selection was null, and a merge of shards cut
