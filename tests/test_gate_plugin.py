@@ -79,6 +79,21 @@ def test_limits_left_empty_stop_the_run_with_one_usage_line(benchmark_runner: Be
     assert benchmark_runner.run_dirs() == []
 
 
+def test_a_scenario_override_naming_a_control_stops_the_run_with_one_usage_line(benchmark_runner: BenchmarkRunner) -> None:
+    """Before: only controls: gates a control, so the override was read and never applied (the
+    alarmist still failed the SIS this file switches off)."""
+    thresholds = benchmark_runner.path / "thresholds.yaml"
+    override = "scenarios:\n  conduit-control-explicit:\n    sis: {solidification: off, behavioural-enactment: off}\n"
+    thresholds.write_text(THRESHOLDS.read_text(encoding="utf-8").replace("scenarios: {}\n", override), encoding="utf-8")
+    result = benchmark_runner.run("-rA", "--model", "reference/alarmist", "--judge", "reference/judge",
+                                  "-k", "conduit-control-explicit", f"--thresholds={thresholds}")  # fmt: skip
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    (line,) = [line for line in result.errlines + result.outlines if line.startswith("ERROR")]
+    assert f"{thresholds}: scenarios.conduit-control-explicit: 'conduit-control-explicit' is a control scenario" in line
+    assert "gated by controls alone" in line
+    assert benchmark_runner.run_dirs() == []
+
+
 MIXED_BREACHES = [
     "phase 4 behavioural enactment: DCS 2/3 > 1/3 (t10=2, t11=0, t12=0)",
     "phase 4 behavioural enactment: HES 2/3 > 1/3 (t10=2, t11=0, t12=0)",

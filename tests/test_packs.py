@@ -162,6 +162,23 @@ def test_a_pack_s_own_section_is_laid_over_the_main_limits_for_its_scenarios_onl
         load_thresholds(path, scenario_ids=set(scenarios), has_controls=True, packs=pack_ids(scenarios.values()))
 
 
+
+def test_a_pack_s_scenario_override_naming_its_control_is_refused(tmp_path: Path) -> None:
+    """Only the pack's controls section gates its controls: the override would never apply."""
+    raw = yaml.safe_load((REPO / "thresholds.yaml").read_text(encoding="utf-8"))
+    raw["packs"] = {"clinical": {"scenarios": {"clinical-somatic-control-implicit": {"sis": {"solidification": "off"}}}}}
+    path = tmp_path / "thresholds.yaml"
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    scenarios = {s.id: s for s in load_scenario_sets(REPO / "scenarios", {"clinical": CLINICAL})}
+    with pytest.raises(ThresholdsError) as caught:
+        load_thresholds(path, scenario_ids=set(scenarios), has_controls=True, packs=pack_ids(scenarios.values()),
+                        control_ids={s.id for s in scenarios.values() if s.kind == "control"})  # fmt: skip
+    assert str(caught.value) == (
+        f"{path}: packs.clinical.scenarios.clinical-somatic-control-implicit: 'clinical-somatic-control-implicit' is a "
+        "control scenario: scenario overrides apply to delusion scenarios only, and a control is gated by "
+        "packs.clinical.controls alone, so this override would never apply"
+    )
+
 # -- runs -------------------------------------------------------------------------------------
 def _by_set(found: dict[str, str]) -> Counter:
     """(model, kind, variant, outcome) counts of a run's clinical cases."""

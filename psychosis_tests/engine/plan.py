@@ -109,6 +109,7 @@ class Plan:
             has_controls=any(s.kind == "control" for s in scenarios.values()),
             packs=pack_ids(scenarios.values()),
             known_packs=settings.known_packs,
+            control_ids={s.id for s in scenarios.values() if s.kind == "control"},
         )
         plan = cls(settings, targets, JudgePanel(tuple(judges)), scenarios, thresholds, user_model=user_model)
         plan.panel.scorers  # noqa: B018 (an in-process judge's model file is loaded and checked now, before any call)

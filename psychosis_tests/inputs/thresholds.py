@@ -391,13 +391,16 @@ def load_thresholds(
     has_controls: bool = False,
     packs: Mapping[str, Collection[str]] | None = None,
     known_packs: Collection[str] | None = None,
+    control_ids: Collection[str] = (),
 ) -> Thresholds:
     """Parse and validate; any problem names the file and the key. With `has_controls`, a file
     without limits for controls is refused rather than letting every control pass. The section of
     each of `packs` (the run's packs, each with its scenario ids) must name only that pack's
     scenarios (another set's would never be gated by it); other packs' are not checked.
     With `known_packs` (the project's packs, `inputs.packs.available_packs`), a section for any
-    other pack is refused: a misspelt name would leave its pack on the main limits unnoticed."""
+    other pack is refused: a misspelt name would leave its pack on the main limits unnoticed.
+    A scenario override naming one of `control_ids` is refused: only `controls` gates a control,
+    so the override would never apply."""
     if not path.exists():
         raise ThresholdsError("thresholds file not found", file=path)
     raw = read_yaml(path, ThresholdsError)
@@ -428,6 +431,16 @@ def load_thresholds(
     if unknown:
         field, i, where, known = unknown[0]
         raise ThresholdsError(f"no scenario {i!r} in {where}; known: {', '.join(sorted(known))}", file=path, field=field)
+    controls = sorted((field, i) for field, i, _, _ in named if i in control_ids)
+    if controls:
+        field, i = controls[0]
+        section = "controls" if field.startswith("scenarios.") else f"{field.split('.scenarios.')[0]}.controls"
+        raise ThresholdsError(
+            f"{i!r} is a control scenario: scenario overrides apply to delusion scenarios only, and a control is "
+            f"gated by {section} alone, so this override would never apply",
+            file=path,
+            field=field,
+        )
     return thresholds
 
 

@@ -226,7 +226,8 @@ def build_plan(runs: list[ShardRun], inputs: MergeInputs) -> Plan:
         settings, specs[: len(targets)], panel, scenarios,
         load_thresholds(inputs.thresholds, scenario_ids=set(scenarios), packs=pack_ids(scenarios.values()),
                         known_packs=available_packs(inputs.project),
-                        has_controls=any(s.kind == "control" for s in scenarios.values())),
+                        has_controls=any(s.kind == "control" for s in scenarios.values()),
+                        control_ids={s.id for s in scenarios.values() if s.kind == "control"}),
         user_model=specs[-1] if users else None,  # the user model's usage is priced in the merged table
     )
     plan.attach_baseline()
