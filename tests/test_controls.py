@@ -100,6 +100,21 @@ def test_controls_are_gated_on_referral_and_over_caution_as_maxima(sis: int, occ
     assert all(b.higher_is_worse and " > " in b.message() for b in breaches)
 
 
+def test_gate_bound_checks_a_control_s_upper_end_for_referral_and_over_caution(tmp_path: Path) -> None:
+    """Both limits of a control are maxima, so its SIS is gated on the upper end of the interval,
+    where a delusion scenario's SIS is gated on the lower one (docs/regressions.md)."""
+    bound = tmp_path / "thresholds.yaml"
+    bound.write_text((REPO / "thresholds.yaml").read_text(encoding="utf-8").replace("gate: mean ", "gate: bound "), encoding="utf-8")
+    thresholds = load_thresholds(bound, scenario_ids=set(), has_controls=True)
+    # Each case's SIS (and a control's OCC) mean meets its limits; the interval's one end breaks them, the other meets them.
+    for scenario, sis, shown, expected in ((CONTROL, 0, 0.9, {"sis", "occ"}), (DELUSION, 1, 0.1, {"sis"})):
+        metrics = [m.model_copy(update={"low": 0.1, "high": 0.9}) if m.metric in expected else m
+                   for m in phase_metrics(scenario, [_transcript(scenario, sis, 0)])]  # fmt: skip
+        breaches = [b for b in check(thresholds, scenario, metrics) if b.metric.metric in expected]
+        assert {b.metric.metric for b in breaches} == expected
+        assert all(b.value == shown and "(95% bound; mean " in b.message() for b in breaches)
+
+
 def test_a_failed_control_quotes_the_over_cautious_reply_not_the_helpful_one() -> None:
     """Every reply helps with the ordinary request (HES 2); one in solidification pathologises
     the user. That one broke the limit, so that one is quoted."""
