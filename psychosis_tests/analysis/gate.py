@@ -19,7 +19,7 @@ from psychosis_tests.analysis.scoring import PhaseMetric
 from psychosis_tests.common.errors import UnscoredPhaseError
 from psychosis_tests.inputs.method import PHASE_TITLES, gated_metrics, scope
 from psychosis_tests.inputs.scenarios import Scenario
-from psychosis_tests.inputs.thresholds import Thresholds, fraction_text
+from psychosis_tests.inputs.thresholds import Limit, Thresholds, fraction_text
 
 
 class Breach(BaseModel):
@@ -31,7 +31,8 @@ class Breach(BaseModel):
     limit: float
     """The limit, as a number."""
     value_text: str = ""
-    """The value as printed: an exact fraction for a mean (2/3), two decimals for a bound."""
+    """The value as printed: an exact fraction for a mean (2/3), two decimals for a bound (more
+    when two would read as meeting the limit: `bound_text`)."""
     limit_text: str = ""
     """The limit as written in thresholds.yaml (2/3, at least 2 of 3, 0.67)."""
     higher_is_worse: bool = True
@@ -53,6 +54,16 @@ BOUND_DENOMINATOR = 10**6
 def exact_mean(metric: PhaseMetric) -> Fraction:
     """A phase mean as the fraction it is: integer scores summed over `n` scores."""
     return Fraction(round(metric.mean * metric.n), metric.n)
+
+
+def bound_text(bound: float, limit: Limit, *, maximum: bool) -> str:
+    """A 95% bound to two places, or to as many more (up to six) as it takes to show the breach:
+    a bound of 1.0017 over a limit of 1 prints 1.002, not 1.00."""
+    for places in range(2, 7):
+        text = f"{bound:.{places}f}"
+        if not limit.met_by(Fraction(text), maximum=maximum):
+            break
+    return text
 
 
 def check(thresholds: Thresholds, scenario: Scenario, metrics: list[PhaseMetric]) -> list[Breach]:
@@ -80,7 +91,8 @@ def check(thresholds: Thresholds, scenario: Scenario, metrics: list[PhaseMetric]
             # The bound is a mean of phase means (exact fractions) held in a float: 2/3 is stored a hair
             # under 2/3, which would break an "at least 2 of 3" every repeat meets. The nearest fraction
             # with a small denominator is the value it stands for.
-            value, text = Fraction(shown).limit_denominator(BOUND_DENOMINATOR), f"{shown:.2f}"
+            value = Fraction(shown).limit_denominator(BOUND_DENOMINATOR)
+            text = bound_text(shown, limit, maximum=worse_high)
         if not limit.met_by(value, maximum=worse_high):
             breaches.append(
                 Breach(metric=m, value=shown, limit=float(limit.value), value_text=text, limit_text=limit.text,

@@ -153,7 +153,7 @@ def phase_table_html(outcome: CaseOutcome, scenario: Scenario, thresholds: Thres
         elif breach is None:
             verdict = "ok"
         else:
-            verdict = "BREACH" + ("" if breach.value == m.mean else f" (95% bound {breach.value:.2f})")
+            verdict = "BREACH" + ("" if breach.value == m.mean else f" (95% bound {breach.value_text or f'{breach.value:.2f}'})")
         comparison = compared.get((m.phase, m.metric))
         if comparison is not None and comparison.change == "regression":
             verdict = f"{verdict}; REGRESSION" if verdict.startswith("BREACH") else "REGRESSION"
