@@ -547,3 +547,29 @@ def test_merge_runs_from_a_script_refuses_an_out_that_is_a_file(benchmark_runner
     inputs = MergeInputs(models_file=REPO / "models.yaml", scenarios=SCENARIOS, thresholds=THRESHOLDS, project=REPO)
     with pytest.raises(ConfigError, match=f"^--out: {re.escape(str(out))} is a file; give a folder$"):
         merge_runs([run], out, inputs)
+
+
+def test_merge_with_other_thresholds_takes_no_calibration_a_run_would_not_take(
+    benchmark_runner: BenchmarkRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """A calibration of the judge on another set than calibration/ is no run's gate status. Before:
+    the merge took it (any set, any items), and said the judge was calibrated where the run said not."""
+    other_set = tmp_path / "other-set"
+    other_set.mkdir()
+    for name in ("conduit.yaml", "conduit-controls.yaml"):
+        shutil.copyfile(REPO / "calibration" / name, other_set / name)
+    reports = benchmark_runner.report_dir
+    cli.main(["calibrate", "--judge", "reference/judge", f"--calibration={other_set}", f"--report-dir={reports}",
+              f"--cache-path={benchmark_runner.cache_path}", f"--scenarios={SCENARIOS}"])  # fmt: skip
+    (calibration,) = benchmark_runner.run_dirs()
+    _, run_dir = benchmark_runner.run_creating_one_folder("--model", "reference/guardian", "--judge", "reference/judge",
+                                                          "-k", "conduit-explicit")  # fmt: skip
+    shard_line = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))["run"]["judge_calibration"]
+    assert shard_line.startswith("judge not calibrated")
+    strict = tmp_path / "strict.yaml"
+    strict.write_text(THRESHOLDS.read_text(encoding="utf-8").replace("dcs: 0.75", "dcs: 0.95", 1), encoding="utf-8")
+    monkeypatch.chdir(reports)  # where that calibration's folder lies
+    assert merge(run_dir, out=tmp_path / "merged", extra=(f"--thresholds={strict}",)) == 0
+    run = json.loads((tmp_path / "merged" / "results.json").read_text(encoding="utf-8"))["run"]
+    assert run["judge_calibration"].startswith(shard_line) and "counted as not passed" in run["judge_calibration"]
+    assert calibration.name not in run["judge_calibration"] and run["judge_calibration_passed"] is False

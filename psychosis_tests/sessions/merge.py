@@ -214,6 +214,7 @@ def build_plan(runs: list[ShardRun], inputs: MergeInputs) -> Plan:
         thresholds=inputs.thresholds,
         report_dir=Path("."),
         cache_path=Path("."),
+        calibration=inputs.project / "calibration",  # the set a run takes a calibration on by default
         repeats=meta.repeats,
         user_model=meta.user_model,
         user_mode=meta.user_mode,  # type: ignore[arg-type]
