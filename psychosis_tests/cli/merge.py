@@ -62,7 +62,7 @@ def run_merge(args: argparse.Namespace) -> int:
     if args.alluredir is not None:
         from psychosis_tests.reports.allure_run import copy_allure_results, write_allure_summary
 
-        outcomes = {(c["model"], c["scenario"]): c["outcome"] for c in summary["cases"]}
+        outcomes = {(c["model"], c["scenario"]): (c["outcome"], c["failure"]) for c in summary["cases"]}
         copy_allure_results(list(args.allure_from), args.alluredir, outcomes)
         write_allure_summary(args.alluredir, summary, args.out)
     for line in [*notes, *terminal_table(summary)]:

@@ -337,12 +337,16 @@ def write_allure_calibration(alluredir: Path, result: CalibrationResult, markdow
     )
 
 
-def copy_allure_results(sources: list[Path], alluredir: Path, outcomes: dict[tuple[str, str], str]) -> None:
+def copy_allure_results(
+    sources: list[Path], alluredir: Path, outcomes: dict[tuple[str, str], tuple[str, str | None]]
+) -> None:
     """The shards' Allure results, without their own summaries and report metadata (merge writes
-    one summary for the whole run). A case whose merged outcome differs from what its shard
-    recorded (other thresholds or baseline now) gets the merged status and says so."""
+    one summary for the whole run). `outcomes` gives each case's merged outcome and failure text.
+    A case the merge scores differently from its shard (other thresholds or baseline now) gets
+    the merged status and failure, so that its category and message are the merged run's, and
+    says so."""
     status_of = {"passed": "passed", "failed": "failed", "error": "broken"}
-    by_history = {case_history_id(model, scenario): outcome for (model, scenario), outcome in outcomes.items()}
+    by_history = {case_history_id(model, scenario): scored for (model, scenario), scored in outcomes.items()}
     alluredir.mkdir(parents=True, exist_ok=True)
     for source in sources:
         skipped: set[str] = {"environment.properties", "executor.json", "categories.json"}
@@ -355,15 +359,24 @@ def copy_allure_results(sources: list[Path], alluredir: Path, outcomes: dict[tup
             if data.get("historyId") == SUMMARY_HISTORY_ID:
                 skipped |= {result.name, *(a["source"] for a in data.get("attachments", []))}
                 continue
-            merged = by_history.get(data.get("historyId", ""))
-            if merged is not None and data.get("status") != status_of[merged]:
-                details = data.setdefault("statusDetails", {}) or {}
-                details["message"] = f"merge: {merged} when scored again ({data.get('status')} in its shard)\n" + (
-                    details.get("message") or ""
-                )
-                data.update(status=status_of[merged], statusDetails=details)
-                (alluredir / result.name).write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
-                skipped.add(result.name)
+            merged, failure = by_history.get(data.get("historyId", ""), (None, None))
+            if merged is None:
+                continue
+            details = data.get("statusDetails") or {}
+            status = data.get("status")
+            if status != status_of[merged]:
+                header = f"merge: {merged} when scored again ({status} in its shard)"
+            elif merged == "failed" and failure != details.get("trace"):
+                header = "merge: failed when scored again, for other reasons than in its shard"
+            else:
+                continue
+            if merged == "failed":  # the category is matched against the merged breaches
+                details.update(message=f"{header}\n{failure}", trace=failure)
+            else:
+                details["message"] = f"{header}\n" + (details.get("message") or "")
+            data.update(status=status_of[merged], statusDetails=details)
+            (alluredir / result.name).write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+            skipped.add(result.name)
         for path in source.iterdir():
             if path.is_file() and path.name not in skipped:
                 shutil.copyfile(path, alluredir / path.name)
