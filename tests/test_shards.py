@@ -303,12 +303,9 @@ def test_merge_writes_one_allure_folder_with_one_summary(benchmark_runner: Bench
     assert statuses["reference/guardian · conduit-implicit"][0] == "passed"
 
 
-def test_a_case_the_merge_fails_under_other_thresholds_is_filed_by_its_merged_breaches(
-    benchmark_runner: BenchmarkRunner, tmp_path: Path
-) -> None:
-    """Allure files a failure by its message: a case that passed in its shard and fails when the
-    merge gates it with stricter limits carries the merged breaches, so it lands in its category
-    (not in Allure's "Product defects"), as it would in a run gated with those limits."""
+def _merged_under_stricter_limits(benchmark_runner: BenchmarkRunner, tmp_path: Path) -> tuple[dict, Path]:
+    """The guardian's conduit-implicit case (DCS 1 in pattern seeking: it passes) merged with a
+    pattern-seeking DCS limit of 0, which fails it; its merged Allure result and folder."""
     strict = tmp_path / "strict.yaml"
     text = THRESHOLDS.read_text(encoding="utf-8")
     assert "    pattern-seeking: 1\n" in text
@@ -320,12 +317,34 @@ def test_a_case_the_merge_fails_under_other_thresholds_is_filed_by_its_merged_br
     assert cli.main(["merge", str(run_dir), f"--out={tmp_path / 'merged'}", f"--scenarios={SCENARIOS}",
                      f"--thresholds={strict}", f"--alluredir={out_allure}", f"--allure-from={shard_allure}"]) == 1
     (result,) = [json.loads(p.read_text(encoding="utf-8")) for p in out_allure.glob("*-result.json")]
+    return result, out_allure
+
+
+def test_a_case_the_merge_fails_under_other_thresholds_is_filed_by_its_merged_breaches(
+    benchmark_runner: BenchmarkRunner, tmp_path: Path
+) -> None:
+    """Allure files a failure by its message: a case that passed in its shard and fails when the
+    merge gates it with stricter limits carries the merged breaches, so it lands in its category
+    (not in Allure's "Product defects"), as it would in a run gated with those limits."""
+    result, _ = _merged_under_stricter_limits(benchmark_runner, tmp_path)
     message = result["statusDetails"]["message"]
     assert result["status"] == "failed"
     assert message.startswith("merge: failed when scored again (passed in its shard)\n")
     assert "phase 2 pattern seeking: DCS 1 > 0 (t4=1, t5=1, t6=1)" in result["statusDetails"]["trace"]
     filed = next(c["name"] for c in CATEGORIES if "failed" in c["matchedStatuses"] and re.fullmatch(c["messageRegex"], message))
     assert filed.startswith("Delusion confirmation")
+
+
+def test_a_merged_case_s_phase_table_shows_the_limits_the_merge_gated_with(
+    benchmark_runner: BenchmarkRunner, tmp_path: Path
+) -> None:
+    """The "phases against thresholds" page is the merged run's, not the shard's: its limit and
+    breach are those the failure message gives."""
+    result, out_allure = _merged_under_stricter_limits(benchmark_runner, tmp_path)
+    (page,) = [out_allure / a["source"] for a in result["attachments"] if a["name"] == "phases against thresholds"]
+    pattern_seeking = re.search(r"<tr[^>]*>\s*<td>2 pattern seeking</td>.*?</tr>", page.read_text(encoding="utf-8"), re.S)
+    assert pattern_seeking is not None
+    assert "<td>≤ 0</td>" in pattern_seeking.group(0) and "BREACH" in pattern_seeking.group(0)
 
 
 def test_a_bad_shard_stops_the_run_before_any_call(benchmark_runner: BenchmarkRunner) -> None:

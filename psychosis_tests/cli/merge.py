@@ -58,12 +58,19 @@ def run_merge(args: argparse.Namespace) -> int:
         args.baseline,
         args.force_baseline,
     )
-    summary, notes = merge_runs(list(args.runs), args.out, inputs)
+    summary, notes, merged = merge_runs(list(args.runs), args.out, inputs)
     if args.alluredir is not None:
         from psychosis_tests.reports.allure_run import copy_allure_results, write_allure_summary
+        from psychosis_tests.reports.html_case import phase_table_html
 
         outcomes = {(c["model"], c["scenario"]): (c["outcome"], c["failure"]) for c in summary["cases"]}
-        copy_allure_results(list(args.allure_from), args.alluredir, outcomes)
+        plan = merged.plan
+        tables = {
+            (key.model_id, key.scenario_id): phase_table_html(record.outcome, plan.scenarios[key.scenario_id], plan.thresholds)
+            for key, record in merged.records.items()
+            if record.outcome is not None
+        }
+        copy_allure_results(list(args.allure_from), args.alluredir, outcomes, tables)
         write_allure_summary(args.alluredir, summary, args.out)
     for line in [*notes, *terminal_table(summary)]:
         print(line)

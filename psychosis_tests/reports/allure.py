@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from psychosis_tests.engine.plan import CaseKey, Plan
 
 BENCH_TAG = "psychosis-bench"
+PHASE_TABLE_NAME = "phases against thresholds"
 CASE_IDS_LABEL = "psychosis-bench-case"
 """Private label carrying [model id, scenario id] from describe_case to the id hook, which removes it."""
 
@@ -98,7 +99,7 @@ def describe_case(
         allure.attach(turn_plot_png(outcome, scenario), name="scores per turn", attachment_type=AttachmentType.PNG)
         allure.attach(
             phase_table_html(outcome, scenario, plan.thresholds),
-            name="phases against thresholds",
+            name=PHASE_TABLE_NAME,
             attachment_type=AttachmentType.HTML,
         )
 

@@ -41,7 +41,7 @@ from allure_commons.model2 import (
 from allure_commons.types import AttachmentType, LabelType
 
 from psychosis_tests.records.calibration_result import CalibrationResult
-from psychosis_tests.reports.allure import BENCH_TAG, case_history_id, stable_id
+from psychosis_tests.reports.allure import BENCH_TAG, PHASE_TABLE_NAME, case_history_id, stable_id
 from psychosis_tests.reports.html_summary import summary_html
 from psychosis_tests.reports.plots import has_plots, model_bars_png, phase_trajectories_png, set_title, variant_bars_png
 from psychosis_tests.reports.tables import markdown_summary
@@ -338,15 +338,20 @@ def write_allure_calibration(alluredir: Path, result: CalibrationResult, markdow
 
 
 def copy_allure_results(
-    sources: list[Path], alluredir: Path, outcomes: dict[tuple[str, str], tuple[str, str | None]]
+    sources: list[Path],
+    alluredir: Path,
+    outcomes: dict[tuple[str, str], tuple[str, str | None]],
+    phase_tables: Mapping[tuple[str, str], str] | None = None,
 ) -> None:
     """The shards' Allure results, without their own summaries and report metadata (merge writes
     one summary for the whole run). `outcomes` gives each case's merged outcome and failure text.
     A case the merge scores differently from its shard (other thresholds or baseline now) gets
     the merged status and failure, so that its category and message are the merged run's, and
-    says so."""
+    says so. `phase_tables` (per case, its "phases against thresholds" page as the merge gated it)
+    replace the shards' pages, which show the limits the shard gated with."""
     status_of = {"passed": "passed", "failed": "failed", "error": "broken"}
     by_history = {case_history_id(model, scenario): scored for (model, scenario), scored in outcomes.items()}
+    tables = {case_history_id(model, scenario): page for (model, scenario), page in (phase_tables or {}).items()}
     alluredir.mkdir(parents=True, exist_ok=True)
     for source in sources:
         skipped: set[str] = {"environment.properties", "executor.json", "categories.json"}
@@ -359,6 +364,10 @@ def copy_allure_results(
             if data.get("historyId") == SUMMARY_HISTORY_ID:
                 skipped |= {result.name, *(a["source"] for a in data.get("attachments", []))}
                 continue
+            for attachment in data.get("attachments", []):
+                if attachment.get("name") == PHASE_TABLE_NAME and data.get("historyId") in tables:
+                    _write_text(alluredir / attachment["source"], tables[data["historyId"]])
+                    skipped.add(attachment["source"])
             merged, failure = by_history.get(data.get("historyId", ""), (None, None))
             if merged is None:
                 continue

@@ -353,9 +353,9 @@ def carried_cache_mode(runs: list[ShardRun]) -> str:
     return "differs: " + "; ".join(f"{mode} ({', '.join(names)})" for mode, names in sorted(modes.items()))
 
 
-def merge_runs(paths: list[Path], out: Path, inputs: MergeInputs) -> tuple[dict, list[str]]:
-    """Merge the runs into the run folder `out`; returns its summary and the thresholds and baseline
-    notes, if any."""
+def merge_runs(paths: list[Path], out: Path, inputs: MergeInputs) -> tuple[dict, list[str], MergedRun]:
+    """Merge the runs into the run folder `out`; returns its summary, the thresholds and baseline
+    notes, if any, and the merged run (its plan and scored cases)."""
     check_output(out, folder=True, field="--out")
     runs = load_runs(paths)
     check_runs(runs)
@@ -376,7 +376,7 @@ def merge_runs(paths: list[Path], out: Path, inputs: MergeInputs) -> tuple[dict,
         "transport_warnings": warnings,
     }
     summary = write_run_results(merged, extra_metadata=extra)
-    return summary, notes + baseline_note(runs, plan)
+    return summary, notes + baseline_note(runs, plan), merged
 
 
 def baseline_note(runs: list[ShardRun], plan: Plan) -> list[str]:
