@@ -278,6 +278,26 @@ def test_find_calibration_matches_the_set_measured_and_the_shipped_result_stands
     assert found(mine) is None  # the set was edited after r1 measured it
 
 
+def _allure2_history_key(result: dict) -> str:
+    """How Allure 2.46 keys a result's history: its testCaseId and its parameters not excluded."""
+    shown = ",".join(sorted(f"{p['name']}:{p['value']}" for p in result["parameters"] if not p.get("excluded")))
+    return hashlib.md5(result["testCaseId"].encode()).hexdigest() + "." + hashlib.md5(shown.encode()).hexdigest()
+
+
+def test_each_judge_s_calibration_keeps_a_history_of_its_own_in_allure(tmp_path: Path, fixture_set: Path) -> None:
+    """Two judges calibrated into one Allure folder are two results; one result per key is shown,
+    the others taken as its retries, so a shared key would hide all but the last judge."""
+    alluredir = tmp_path / "allure"
+    for judge in ("reference/judge", "reference/judge-strict", "reference/judge"):
+        done = _calibrate(tmp_path, "--judge", judge, "--calibration", str(fixture_set), f"--alluredir={alluredir}", *FEW_RESAMPLES)
+        assert done.returncode in (0, 1), done.stderr
+    results = [json.loads(p.read_text(encoding="utf-8")) for p in alluredir.glob("*-result.json")]
+    keys = {r["name"]: {_allure2_history_key(x) for x in results if x["name"] == r["name"]} for r in results}
+    assert sorted(keys) == ["judge calibration: reference/judge", "judge calibration: reference/judge-strict"]
+    assert all(len(k) == 1 for k in keys.values())  # the same judge again: the same history
+    assert keys["judge calibration: reference/judge"] != keys["judge calibration: reference/judge-strict"]
+
+
 def test_pytest_mark_judge_calibration_runs_the_gate_as_tests(tmp_path: Path, fixture_set: Path) -> None:
     def run(judge: str, *extra: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

@@ -298,7 +298,10 @@ def _write_text(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-CALIBRATION_HISTORY_ID = hashlib.md5(b"psychosis-bench#judge-calibration").hexdigest()
+CALIBRATION_TEST_CASE_ID = hashlib.md5(b"psychosis-bench#judge-calibration").hexdigest()
+"""testCaseId of every judge calibration result: the judge, a parameter Allure keys history by, tells
+them apart, so two judges calibrated into one folder are two results (not one and its retry) and
+each keeps its own trend; its fingerprint is shown only, so a changed setting keeps the trend."""
 
 
 def write_allure_calibration(alluredir: Path, result: CalibrationResult, markdown: str) -> None:
@@ -319,8 +322,8 @@ def write_allure_calibration(alluredir: Path, result: CalibrationResult, markdow
             uuid=str(uuid.uuid4()),
             name=f"judge calibration: {result.judge}",
             fullName="psychosis-bench#judge-calibration",
-            historyId=CALIBRATION_HISTORY_ID,
-            testCaseId=CALIBRATION_HISTORY_ID,
+            historyId=stable_id(BENCH_TAG, "calibration", result.judge),
+            testCaseId=CALIBRATION_TEST_CASE_ID,
             status=Status.PASSED if result.passed else Status.FAILED,
             statusDetails=details,
             stage="finished",
@@ -329,7 +332,7 @@ def write_allure_calibration(alluredir: Path, result: CalibrationResult, markdow
             stop=now,
             labels=_own_labels("judge calibration"),
             parameters=[
-                Parameter(name="judge", value=result.judge, excluded=True),
+                Parameter(name="judge", value=result.judge),
                 Parameter(name="fingerprint", value=result.fingerprint.hash, excluded=True),
             ],
             attachments=[Attachment(name="calibration.md", source=source, type=AttachmentType.TEXT.mime_type)],
