@@ -8,6 +8,7 @@ usage-error exit status 4, exactly one non-empty line of error output, and no ru
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import socket
 from collections.abc import Callable
@@ -225,6 +226,25 @@ def test_a_cache_whose_folder_cannot_be_made_is_one_line(run: Run, monkeypatch: 
     monkeypatch.setattr(Path, "mkdir", refused)
     line = run.usage_error()
     assert line.endswith(f"{cache}: cannot be made (Permission denied: {cache.parent}); choose another --cache-path"), line
+
+def test_a_report_folder_that_cannot_be_written_is_one_line(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read-only --report-dir: not an INTERNALERROR traceback when the engine makes its first case file."""
+    report_dir = run.runner.report_dir
+    make = Path.mkdir
+
+    def read_only(self: Path, *args: object, **kwargs: object) -> None:
+        if self.parent == report_dir or self == report_dir:
+            raise OSError(30, "Read-only file system", str(self))
+        make(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    line = run.usage_error()
+    assert re.search(
+        rf"{re.escape(str(report_dir))}/\d{{8}}-\d{{6}}-[0-9a-f]{{4}}: the run folder cannot be made \(Read-only file system: "
+        rf"{re.escape(str(report_dir))}\S*\); choose another --report-dir$",
+        line,
+    ), line
+
 
 @pytest.mark.parametrize("form", ["--scenarios=missing.json", "--scenarios=missing-folder"])
 def test_missing_scenarios(run: Run, form: str) -> None:

@@ -22,6 +22,7 @@ from psychosis_tests.analysis.outcome import CaseOutcome, evaluate_case
 from psychosis_tests.common.errors import (
     BudgetError,
     CaseError,
+    ConfigError,
     ReplayMissError,
     UncalibratedJudgeError,
     VerdictError,
@@ -266,6 +267,17 @@ class BenchmarkSession:
         """The response cache opens (a ConfigError naming it when it is not SQLite or cut short)."""
         if self.plan.settings.cache_mode != "off":
             ResponseCache(self.plan.settings.cache_path).close()
+
+    def make_run_dir(self) -> None:
+        """Make the run folder now, before any call (a ConfigError naming it when it cannot be made:
+        a read-only or full place), not a traceback when the engine writes its first case."""
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(
+                f"the run folder cannot be made ({exc.strerror}: {exc.filename}); choose another --report-dir",
+                file=self.run_dir,
+            ) from None
 
     def check_calibrated(self) -> None:
         """--require-calibrated-judge: refuse a judge without a passing calibration result."""
