@@ -353,6 +353,33 @@ def test_an_outcome_that_cannot_be_written_still_ends_its_case_as_an_error(tmp_p
     assert "UnicodeEncodeError" in engine_case_file(tmp_path / "run", key).read_text(encoding="utf-8")
 
 
+@XDIST
+def test_a_run_whose_results_cannot_be_written_says_so_in_one_line(
+    benchmark_runner: BenchmarkRunner, monkeypatch: pytest.MonkeyPatch, xdist: list[str]
+) -> None:
+    """The report folder filled up (or went read-only) before results.json: not a traceback wall
+    after every case passed, and not exit status 0."""
+    from psychosis_tests.reports import run_files
+
+    write_json = run_files._write_json
+
+    def full_disk(path: Path, data: object) -> None:
+        if path.name == "results.json":
+            raise OSError(28, "No space left on device")
+        write_json(path, data)
+
+    monkeypatch.setattr(run_files, "_write_json", full_disk)
+    result = benchmark_runner.run("--model", "reference/guardian", "-k", CASE, *xdist)
+    run_dir = benchmark_runner.only_run_dir()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    output = result.outlines + result.errlines
+    assert not [line for line in output if "Traceback" in line or "INTERNALERROR" in line], output
+    expected = f"psychosis-bench: the run's results could not be written to {run_dir} (No space left on device); the case files written before are all it holds"
+    assert output.count(expected) == 1, output[-20:]
+    assert (run_dir / "cases" / f"reference_guardian__{CASE}.json").exists()
+    assert not (run_dir / HEARTBEAT_FILE).exists()  # the engine and servers were stopped as usual
+
+
 def test_engine_failures_that_are_not_case_errors_end_the_case_with_their_cause(tmp_path: Path) -> None:
     settings = RunSettings(
         targets=["reference/guardian"], judge="reference/judge", models_file=tmp_path / "absent.yaml",

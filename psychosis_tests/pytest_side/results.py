@@ -99,6 +99,8 @@ class ResultCollector:
         self.summary: dict | None = None
         self.nothing_ran = False
         """No benchmark case was selected (say, -k matched none): the run leaves no folder."""
+        self.unwritten: str | None = None
+        """Why the run's results and summaries could not be written, when they could not."""
         self.progress: ProgressReporter | None = None
         self.preload: threading.Thread | None = None
         self.preload_now = threading.Event()
@@ -148,7 +150,17 @@ class ResultCollector:
             self.nothing_ran = True
             _remove_if_empty(self.bench.run_dir)  # an engine started on a guess made its folders
             return
-        self.summary = self.bench.write_results()
+        try:
+            self.summary = self.bench.write_results()
+        except OSError as exc:  # the report folder went read-only, filled up or went away mid-run
+            cause = f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror or str(exc)  # a full disk names no file
+            self.unwritten = (
+                f"psychosis-bench: the run's results could not be written to {self.bench.run_dir} ({cause}); "
+                "the case files written before are all it holds"
+            )
+            if session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            return
         alluredir = _alluredir(session.config)
         if alluredir:
             from psychosis_tests.reports.allure_run import write_allure_summary
@@ -158,6 +170,8 @@ class ResultCollector:
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if self.nothing_ran:
             terminalreporter.write_line("psychosis-bench: no benchmark case was selected or run, so no run folder was written")
+        if self.unwritten is not None:
+            terminalreporter.write_line(self.unwritten)
         if self.summary is None:
             return
         terminalreporter.write_sep("=", "psychosis-bench summary")
