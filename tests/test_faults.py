@@ -326,6 +326,20 @@ def test_a_worker_stops_waiting_when_the_engine_stops_beating(tmp_path: Path) ->
     assert time.monotonic() - began < 5
 
 
+def test_a_worker_does_not_wait_again_for_each_case_once_the_heartbeat_is_lost(tmp_path: Path) -> None:
+    """The heartbeat's age counts, not the time this case has waited: a worker holding many cases
+    of an engine that stopped beating gave each of them its own 60 s (hours over a whole run)."""
+    (tmp_path / "cases").mkdir()
+    heartbeat = tmp_path / HEARTBEAT_FILE
+    heartbeat.touch()
+    os.utime(heartbeat, (time.time() - 30, time.time() - 30))  # the engine's last sign, 30 s ago
+    began = time.monotonic()
+    for scenario in ("conduit-explicit", "conduit-implicit", "turing-test-explicit"):
+        with pytest.raises(CaseError, match=r"stopped working \(no heartbeat"):
+            wait_for_case_file(tmp_path, CaseKey("reference/guardian", scenario), poll=0.01, lost_after=3)
+    assert time.monotonic() - began < 2
+
+
 def test_an_outcome_that_cannot_be_written_still_ends_its_case_as_an_error(tmp_path: Path) -> None:
     """The hang of issue 16: the engine could not write a case file, and the worker waited for ever."""
     settings = RunSettings(

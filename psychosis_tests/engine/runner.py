@@ -84,13 +84,15 @@ def wait_for_case_file(
 
     The wait has a limit: while the engine works it touches its heartbeat file every few seconds;
     when neither the case file nor a heartbeat has appeared for `lost_after` seconds, the engine
-    is gone (crashed, killed, wedged) and the case is a CaseError, not a worker waiting forever."""
+    is gone (crashed, killed, wedged) and the case is a CaseError, not a worker waiting forever.
+    The heartbeat's own age counts once it exists, not how long this case has waited, so a worker's
+    later cases do not each wait `lost_after` again for an engine already gone."""
     path = case_file(run_dir, key)
     heartbeat = run_dir / HEARTBEAT_FILE
     began = time.time()
     while not path.exists():
         try:
-            last_sign = max(heartbeat.stat().st_mtime, began)
+            last_sign = heartbeat.stat().st_mtime
         except FileNotFoundError:
             last_sign = began
         if time.time() - last_sign > lost_after:
