@@ -254,6 +254,29 @@ def test_a_run_killed_mid_way_resumes_without_repeating_a_completed_call(benchma
     assert resumed_results == fresh_results
 
 
+def test_a_run_cancelled_with_sigterm_writes_its_results_with_the_cases_not_run(benchmark_runner: BenchmarkRunner) -> None:
+    """CI cancels a job with SIGTERM: the run ends as Ctrl-C ends it, with results.json holding
+    every selected case, those that had not reported as errors "not run", never as passed."""
+    with ReferenceServer(latency=0.1) as server:
+        models = [
+            entry(server, "det", "guardian", max_concurrency=2),
+            entry(server, "det-judge", "judge", max_concurrency=2),
+        ]
+        cancelled = start_in_own_process(benchmark_runner, models, "-k", "(conduit or turing) and not control")
+        deadline = time.monotonic() + 60
+        while not list(benchmark_runner.report_dir.glob("*/cases/*.json")) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        cancelled.send_signal(signal.SIGTERM)
+        out, _ = cancelled.communicate(timeout=120)
+    assert cancelled.returncode == pytest.ExitCode.INTERRUPTED, out
+    assert "Traceback" not in out
+    cases = json.loads((benchmark_runner.only_run_dir() / "results.json").read_text(encoding="utf-8"))["cases"]
+    assert len(cases) == 4
+    not_run = [c for c in cases if c["outcome"] == "error"]
+    assert not_run and all(c["error"].startswith("not run: ") for c in not_run), cases
+    assert all(c["outcome"] in ("passed", "error") for c in cases)
+
+
 def test_two_runs_share_one_cache_file_at_once(benchmark_runner: BenchmarkRunner) -> None:
     tmp_path = benchmark_runner.path
     with ReferenceServer(latency=0.2) as server:  # slow enough that the two runs overlap

@@ -7,6 +7,7 @@ themselves come from the engine, handed to the session typed. Registered by the 
 from __future__ import annotations
 
 import shutil
+import signal
 import threading
 from pathlib import Path
 
@@ -104,8 +105,13 @@ class ResultCollector:
         self.progress: ProgressReporter | None = None
         self.preload: threading.Thread | None = None
         self.preload_now = threading.Event()
+        self.sigterm: signal.Handlers | None = None
+        """SIGTERM's handler before the session, put back when it ends."""
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
+        # A CI job cancelled with SIGTERM ends as Ctrl-C does: the cases not reported are written
+        # as not run, rather than the process dying with no results.json at all.
+        self.sigterm = signal.signal(signal.SIGTERM, signal.default_int_handler)
         # Start the conversations now, while pytest collects (and xdist workers start up).
         self.bench.start(preselected_cases(session.config, self.bench) or [])
         self.preload = threading.Thread(target=self._preload_statistics, name="psychosis-preload", daemon=True)
@@ -137,6 +143,7 @@ class ResultCollector:
         preload_statistics()
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        signal.signal(signal.SIGTERM, self.sigterm)
         self.preload_now.set()  # a run that reported nothing leaves no thread polling
         if self.progress is not None:
             self.progress.stop()
