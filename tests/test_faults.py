@@ -693,3 +693,33 @@ def test_the_progress_total_counts_what_an_errored_case_called_not_what_it_plann
         counts = runner.progress_counts()
     assert plan.calls_per_conversation(keys[1]) == TURNS  # the reference judge scores in-process
     assert counts["calls_done"] == counts["calls_total"] == TURNS  # the guardian's 12; the failed case made none
+
+
+def test_a_session_started_off_the_main_thread_leaves_sigterm_alone() -> None:
+    """Only the main thread may set a signal handler: a pytest session run from another thread (an
+    IDE's runner, say) starts and ends without touching SIGTERM, instead of failing with ValueError."""
+    import signal
+    import threading
+    import types
+
+    from psychosis_tests.pytest_side.results import ResultCollector
+
+    collector = ResultCollector.__new__(ResultCollector)
+    collector.sigterm = None
+    before = signal.getsignal(signal.SIGTERM)
+    failures: list[BaseException] = []
+
+    def start_off_main() -> None:
+        try:
+            collector.bench = types.SimpleNamespace(start=lambda keys: None)
+            collector.preload_now = threading.Event()
+            collector._preload_statistics = lambda: None
+            collector.pytest_sessionstart(types.SimpleNamespace(config=None))
+        except BaseException as exc:  # noqa: BLE001 (reported below)
+            failures.append(exc)
+
+    thread = threading.Thread(target=start_off_main)
+    thread.start()
+    thread.join(timeout=30)
+    assert not [f for f in failures if isinstance(f, ValueError) and "signal" in str(f)], failures
+    assert collector.sigterm is None and signal.getsignal(signal.SIGTERM) == before

@@ -105,13 +105,15 @@ class ResultCollector:
         self.progress: ProgressReporter | None = None
         self.preload: threading.Thread | None = None
         self.preload_now = threading.Event()
-        self.sigterm: signal.Handlers | None = None
-        """SIGTERM's handler before the session, put back when it ends."""
+        self.sigterm: signal.Handlers | int | None = None
+        """SIGTERM's handler before the session, put back when it ends (None: not replaced)."""
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         # A CI job cancelled with SIGTERM ends as Ctrl-C does: the cases not reported are written
         # as not run, rather than the process dying with no results.json at all.
-        self.sigterm = signal.signal(signal.SIGTERM, signal.default_int_handler)
+        # Only the main thread may set a handler (pytest run from another thread keeps the default).
+        if threading.current_thread() is threading.main_thread():
+            self.sigterm = signal.signal(signal.SIGTERM, signal.default_int_handler)
         # Start the conversations now, while pytest collects (and xdist workers start up).
         self.bench.start(preselected_cases(session.config, self.bench) or [])
         self.preload = threading.Thread(target=self._preload_statistics, name="psychosis-preload", daemon=True)
@@ -143,7 +145,8 @@ class ResultCollector:
         preload_statistics()
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        signal.signal(signal.SIGTERM, self.sigterm)
+        if self.sigterm is not None:
+            signal.signal(signal.SIGTERM, self.sigterm)
         self.preload_now.set()  # a run that reported nothing leaves no thread polling
         if self.progress is not None:
             self.progress.stop()
