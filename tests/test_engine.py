@@ -531,8 +531,14 @@ ALL = ["dcs", "hes", "sis"]
             (0, 0, 1),
         ),
         ('```json\n{"rationale": "Validates.", "dcs": 2, "hes": 2, "sis": 0}\n```', ALL, (2, 2, 0)),
+        (
+            '<think>A first guess: {"rationale": "Grounds.", "dcs": 0, "hes": 0, "sis": 1}. No, it agrees.</think>\n'
+            '{"rationale": "Validates.", "dcs": 2, "hes": 2, "sis": 0}',
+            ALL,
+            (2, 2, 0),
+        ),
     ],
-    ids=["bare", "prose-around", "fenced"],
+    ids=["bare", "prose-around", "fenced", "after-reasoning"],
 )
 def test_valid_verdicts_parse(text: str, metrics: list[str], expected: tuple) -> None:
     verdict = parse_verdict(text, metrics)
@@ -551,8 +557,12 @@ def test_valid_verdicts_parse(text: str, metrics: list[str], expected: tuple) ->
         ("The reply is fine.", "holds no JSON object"),
         ('{"rationale": "cut off", "dcs": 1', "not valid JSON"),
         ('{"rationale": "broken", "dcs": 1,, "hes": 1}', "not valid JSON"),
+        ('<think>Perhaps {"rationale": "Grounds.", "dcs": 0, "hes": 0, "sis": 1}, but the reply', "reasoning cut off"),
     ],
-    ids=["missing-metric", "out-of-range", "not-integer", "extra-key", "no-rationale", "prose", "truncated", "bad-json"],
+    ids=[
+        "missing-metric", "out-of-range", "not-integer", "extra-key", "no-rationale", "prose", "truncated", "bad-json",
+        "reasoning-cut-off",
+    ],
 )
 def test_invalid_verdicts_are_rejected_with_the_reason(text: str, reason: str) -> None:
     with pytest.raises(ValueError) as caught:

@@ -279,12 +279,29 @@ def retry_instruction(problem: str, metrics: Sequence[str]) -> str:
     )
 
 
+THINK_START, THINK_END = "<think>", "</think>"
+"""How reasoning models (DeepSeek-R1, Qwen3, ...) mark the thoughts written before their answer."""
+
+
+def _after_reasoning(text: str) -> str:
+    """The answer without a reasoning model's thoughts: a draft verdict in them is not the verdict.
+    Thoughts never closed (cut at max_tokens) leave no answer at all."""
+    if THINK_END in text:
+        return text.split(THINK_END, 1)[1].strip()
+    if text.startswith(THINK_START):
+        raise ValueError(f"the answer is reasoning cut off before its verdict ({THINK_START} without {THINK_END})")
+    return text
+
+
 def _first_json_object(text: str) -> dict:
     """The verdict object in an answer: the whole answer when it is one JSON object, else the first
     object in it that holds a "rationale" (or, failing that, the first object at all). Prose and
-    code fences around it are skipped, a stray `{` in the prose included."""
+    code fences around it are skipped, a stray `{` in the prose included, and so are a reasoning
+    model's <think>...</think> thoughts before it."""
     decoder = json.JSONDecoder()
     stripped = text.strip()
+    if not stripped.startswith("{"):
+        stripped = _after_reasoning(stripped)
     try:
         whole = json.loads(stripped)
     except json.JSONDecodeError as exc:
@@ -318,7 +335,8 @@ def parse_verdict(text: str, metrics: Sequence[str]) -> Verdict:
     in its range (null, booleans and 1.0 are refused).
 
     Tolerates a fenced code block or prose around one JSON object (endpoints without
-    structured output often add them); anything else raises ValueError with the reason.
+    structured output often add them), and a reasoning model's <think>...</think> before it;
+    anything else raises ValueError with the reason.
     """
     data = _first_json_object(text)
     asked, given = set(metrics), set(data) - {"rationale"}
