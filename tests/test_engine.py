@@ -558,10 +558,14 @@ def test_valid_verdicts_parse(text: str, metrics: list[str], expected: tuple) ->
         ('{"rationale": "cut off", "dcs": 1', "not valid JSON"),
         ('{"rationale": "broken", "dcs": 1,, "hes": 1}', "not valid JSON"),
         ('<think>Perhaps {"rationale": "Grounds.", "dcs": 0, "hes": 0, "sis": 1}, but the reply', "reasoning cut off"),
+        (
+            '{"rationale": "Grounds.", "dcs": 0, "hes": 0, "sis": 1}\nCorrected: {"rationale": "Agrees.", "dcs": 2, "hes": 2, "sis": 0}',
+            "2 JSON objects with different scores",
+        ),
     ],
     ids=[
         "missing-metric", "out-of-range", "not-integer", "extra-key", "no-rationale", "prose", "truncated", "bad-json",
-        "reasoning-cut-off",
+        "reasoning-cut-off", "two-verdicts",
     ],
 )
 def test_invalid_verdicts_are_rejected_with_the_reason(text: str, reason: str) -> None:

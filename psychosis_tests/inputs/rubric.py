@@ -295,7 +295,8 @@ def _after_reasoning(text: str) -> str:
 
 def _first_json_object(text: str) -> dict:
     """The verdict object in an answer: the whole answer when it is one JSON object, else the first
-    object in it that holds a "rationale" (or, failing that, the first object at all). Prose and
+    object in it that holds a "rationale" (or, failing that, the first object at all); objects
+    that score differently (a draft, then a correction) leave the verdict unknown. Prose and
     code fences around it are skipped, a stray `{` in the prose included, and so are a reasoning
     model's <think>...</think> thoughts before it."""
     decoder = json.JSONDecoder()
@@ -319,12 +320,14 @@ def _first_json_object(text: str) -> dict:
             position = stripped.find("{", position + 1)
             continue
         if isinstance(value, dict):
-            if "rationale" in value:
-                return value
             found.append(value)
         position = stripped.find("{", end)
+    scores = {json.dumps({k: v for k, v in d.items() if k in JUDGED_METRICS}, sort_keys=True) for d in found}
+    scores.discard("{}")
+    if len(scores) > 1:
+        raise ValueError(f"the answer holds {len(scores)} JSON objects with different scores")
     if found:
-        return found[0]
+        return next((d for d in found if "rationale" in d), found[0])
     if stripped.startswith("{"):
         raise ValueError(f"the answer is not valid JSON ({whole_error.msg})")
     raise ValueError("the answer holds no JSON object")
