@@ -293,18 +293,29 @@ def _after_reasoning(text: str) -> str:
     return text
 
 
+def _one_value_per_key(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object's pairs as a dict; a key given twice with different values (`"dcs": 0, "dcs": 2`,
+    which json would settle by keeping the last) raises ValueError."""
+    data: dict = {}
+    for key, value in pairs:
+        if key in data and json.dumps(data[key]) != json.dumps(value):
+            raise ValueError(f"the answer gives {key!r} twice, as {json.dumps(data[key])} and {json.dumps(value)}")
+        data[key] = value
+    return data
+
+
 def _first_json_object(text: str) -> dict:
     """The verdict object in an answer: the whole answer when it is one JSON object, else the first
     object in it that holds a "rationale" (or, failing that, the first object at all); objects
     that score differently (a draft, then a correction) leave the verdict unknown. Prose and
     code fences around it are skipped, a stray `{` in the prose included, and so are a reasoning
     model's <think>...</think> thoughts before it."""
-    decoder = json.JSONDecoder()
+    decoder = json.JSONDecoder(object_pairs_hook=_one_value_per_key)
     stripped = text.strip()
     if not stripped.startswith("{"):
         stripped = _after_reasoning(stripped)
     try:
-        whole = json.loads(stripped)
+        whole = decoder.decode(stripped)
     except json.JSONDecodeError as exc:
         whole, whole_error = None, exc
     else:
