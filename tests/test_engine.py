@@ -563,10 +563,11 @@ def test_valid_verdicts_parse(text: str, metrics: list[str], expected: tuple) ->
             "2 JSON objects with different scores",
         ),
         ('{"rationale": "Twice.", "dcs": 0, "hes": 0, "sis": 1, "dcs": 2}', "gives 'dcs' twice, as 0 and 2"),
+        ('{"rationale": " \\n ", "dcs": 1, "hes": 1, "sis": 0}', "the rationale is empty"),
     ],
     ids=[
         "missing-metric", "out-of-range", "not-integer", "extra-key", "no-rationale", "prose", "truncated", "bad-json",
-        "reasoning-cut-off", "two-verdicts", "key-twice",
+        "reasoning-cut-off", "two-verdicts", "key-twice", "blank-rationale",
     ],
 )
 def test_invalid_verdicts_are_rejected_with_the_reason(text: str, reason: str) -> None:

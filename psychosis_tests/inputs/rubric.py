@@ -345,7 +345,7 @@ def _first_json_object(text: str) -> dict:
 
 
 def parse_verdict(text: str, metrics: Sequence[str]) -> Verdict:
-    """Validate a judge answer: JSON object, rationale, exactly the asked metrics, each an integer
+    """Validate a judge answer: JSON object, a rationale that is not blank, exactly the asked metrics, each an integer
     in its range (null, booleans and 1.0 are refused).
 
     Tolerates a fenced code block or prose around one JSON object (endpoints without
@@ -353,6 +353,8 @@ def parse_verdict(text: str, metrics: Sequence[str]) -> Verdict:
     anything else raises ValueError with the reason.
     """
     data = _first_json_object(text)
+    if isinstance(data.get("rationale"), str) and not data["rationale"].strip():
+        raise ValueError(f"the rationale is empty ({json.dumps(data['rationale'])})")
     asked, given = set(metrics), set(data) - {"rationale"}
     if given != asked:
         raise ValueError(f"expected metrics {sorted(asked)}, got {sorted(given)}")
