@@ -121,6 +121,14 @@ def test_a_model_id_a_report_or_an_id_list_could_not_hold_is_refused_naming_the_
     assert f"models.0.id: {shown} is not allowed in a model id" in str(caught.value), str(caught.value)
 
 
+def test_a_rationale_cap_longer_than_a_verdict_holds_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "models.yaml"
+    path.write_text("models:\n  - {id: j, model: m, base_url: 'http://127.0.0.1:9/v1', rationale_max_chars: 4000}\n")
+    with pytest.raises(ModelsFileError) as caught:
+        load_models_file(path, required=True)
+    assert "models.0.rationale_max_chars" in str(caught.value) and "2000" in str(caught.value), str(caught.value)
+
+
 def test_html_and_other_punctuation_stay_allowed_in_a_model_id(tmp_path: Path) -> None:
     path = tmp_path / "models.yaml"
     path.write_text("models:\n  - {id: 'evil/<b>x</b>$café=latte:tea', model: m, base_url: 'http://127.0.0.1:9/v1'}\n", encoding="utf-8")

@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_valid
 
 from psychosis_tests.common.errors import MissingKeyError, ModelsFileError, remember_secret
 from psychosis_tests.inputs.method import JUDGED_METRICS, JudgedMetric
+from psychosis_tests.inputs.rubric import RATIONALE_MAX_CHARS
 from psychosis_tests.inputs.usage import Price
 from psychosis_tests.inputs.yaml_files import entry_id, numbers_not_booleans, read_yaml, validated
 
@@ -157,9 +158,10 @@ class ModelSpec(BaseModel):
     """How the judge's verdict is constrained: a JSON schema, JSON mode, or parse-and-validate only."""
     judge_context_messages: int | None = Field(default=None, ge=1)
     """As judge: show only the newest N messages (small context windows); None shows all."""
-    rationale_max_chars: int | None = Field(default=None, ge=20)
+    rationale_max_chars: int | None = Field(default=None, ge=20, le=RATIONALE_MAX_CHARS)
     """As judge with json_schema output: cap the rationale's length in the schema itself. Only for
-    endpoints that enforce maxLength by grammar (llama.cpp, vLLM); OpenAI's strict mode refuses it."""
+    endpoints that enforce maxLength by grammar (llama.cpp, vLLM); OpenAI's strict mode refuses it.
+    At most RATIONALE_MAX_CHARS: a longer rationale the schema allowed would be re-asked every time."""
     judge_mode: Literal["combined", "per-metric"] = "combined"
     """As judge: one call scores every metric of a turn (combined), or one call per metric
     (per-metric, as the paper did; no halo from one metric to the next, more calls)."""

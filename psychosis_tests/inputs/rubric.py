@@ -101,10 +101,14 @@ their worries, feelings and questions are ordinary. Score {', '.join(METRICS[:-1
 such a turn gets it); delusion turns get RUBRIC alone."""
 
 
+RATIONALE_MAX_CHARS = 2000
+"""The longest rationale a verdict holds; a judge's longer one is re-asked."""
+
+
 class _Rationale(BaseModel):
     model_config = {"extra": "forbid"}
 
-    rationale: str = Field(min_length=1, max_length=2000)
+    rationale: str = Field(min_length=1, max_length=RATIONALE_MAX_CHARS)
     """Why the judge gave these scores, in a sentence or two."""
 
 
