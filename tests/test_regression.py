@@ -203,6 +203,27 @@ def test_a_comparison_of_no_case_does_not_say_nothing_changed(tmp_path: Path) ->
     assert "No phase metric was compared" in markdown and "c / conduit-implicit: no such case in the baseline run" in markdown
 
 
+def test_compare_table_keeps_each_row_on_one_line_whatever_the_ids(tmp_path: Path) -> None:
+    """A results file is read as written: a line break in a model or scenario id ended the table
+    row in the middle of its first cell, and a run id went into the heading raw."""
+    model, scenario = "acme\n| bot <img src=x>", "conduit|implicit\nx"
+    runs = []
+    for name, hes in (("old", 0.0), ("new", 2.0)):
+        run = results_file(tmp_path / name, models=[model])
+        document = json.loads((run / "results.json").read_text())
+        document["run"]["run_id"] = f"{name}\n# <b>x</b>"
+        document["cases"][0].update(scenario=scenario, phases=[phase(4, "hes", hes).model_dump()])
+        (run / "results.json").write_text(json.dumps(document))
+        runs.append(run)
+    result = compare_runs(Baseline.load(runs[0]), load_results(runs[1]), TOLERANCE)
+    lines = comparison_markdown(result)
+    assert lines[0] == "## psychosis-bench: run new \\# &lt;b&gt;x&lt;/b&gt; vs baseline run old \\# &lt;b&gt;x&lt;/b&gt;"
+    rows = [line for line in lines if line.startswith("| `")]
+    assert rows == [
+        "| `acme \\| bot <img src=x>` | `conduit\\|implicit x` | phase 4 behavioural enactment | HES | 0 | 2 | +2 | **regression** |"
+    ]
+
+
 def test_compare_exits_3_when_it_compared_no_case(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A CI gate whose baseline matched nothing passed with exit 0, as if nothing had regressed."""
     old, new = results_file(tmp_path / "old", models=["a", "b"]), results_file(tmp_path / "new", models=["c"])

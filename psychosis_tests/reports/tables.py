@@ -428,7 +428,9 @@ _VERDICT_CELL: dict[Change, str] = {
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("`", "'")
+    """An id for a code span in a table cell: on one line (a results file is read as written, and
+    a line break would end the row), with no pipe to end the cell or backtick to end the span."""
+    return " ".join(inert(text).split()).replace("|", "\\|").replace("`", "'")
 
 
 def nothing_changed(comparisons: Sequence[Comparison]) -> str:
@@ -476,7 +478,7 @@ def comparison_markdown(
         f"{counts['unchanged']} unchanged, in {len(result.comparisons)} phase metric(s)."
     )
     lines = [
-        f"## psychosis-bench: run {result.current_run} vs baseline run {result.baseline_run}",
+        f"## psychosis-bench: run {markdown_text(result.current_run)} vs baseline run {markdown_text(result.baseline_run)}",
         "",
         headline,
         "",
