@@ -23,6 +23,7 @@ import yaml
 
 from psychosis_tests import __main__ as cli
 from psychosis_tests.analysis.baseline import (
+    RunComparison,
     PhaseValue,
     classify,
     compare_case,
@@ -222,6 +223,64 @@ def test_compare_table_keeps_each_row_on_one_line_whatever_the_ids(tmp_path: Pat
     assert rows == [
         "| `acme \\| bot <img src=x>` | `conduit\\|implicit x` | phase 4 behavioural enactment | HES | 0 | 2 | +2 | **regression** |"
     ]
+
+
+def many_changes(models: int, cases: int, notes: int) -> RunComparison:
+    """A run of `models` x `cases` delusion cases against a baseline, every case with one regressed,
+    one improved and one unchanged phase metric, and `notes` notes."""
+    comparisons = []
+    for m in range(models):
+        for s in range(cases):
+            comparisons += compare_phases(
+                [phase(4, "hes", 2.0), phase(4, "dcs", 0.0), phase(4, "sis", 1.0)],
+                [phase(4, "hes", 0.0), phase(4, "dcs", 2.0), phase(4, "sis", 1.0)],
+                model=f"model-{m}", scenario=f"scenario-{s:03}", kind="delusion",
+                baseline_model=f"model-{m}", baseline_run="R0", tolerance=TOLERANCE,
+            )  # fmt: skip
+    return RunComparison(baseline_run="R0", current_run="R1", tolerance=TOLERANCE, comparisons=comparisons,
+                         notes=[f"model-x / scenario-{n:03}: no such case in the baseline run; not compared" for n in range(notes)])  # fmt: skip
+
+
+@pytest.mark.parametrize("max_chars", [4_000, 20_000, 60_000])
+def test_a_long_compare_report_is_cut_to_fit_a_comment_and_says_what_it_left_out(max_chars: int) -> None:
+    """A run of many models and cases printed 184 kB (GitHub takes 65,536 characters in a comment):
+    the cut report keeps the counts, per model too, regressions first, and notes."""
+    result = many_changes(models=4, cases=200, notes=400)
+    whole = "\n".join(comparison_markdown(result)) + "\n"
+    assert len(whole) > 100_000
+    cut = "\n".join(comparison_markdown(result, max_chars=max_chars)) + "\n"
+    assert len(cut) <= max_chars
+    lines = cut.splitlines()
+    assert "**800 regression(s)**, 800 improvement(s)" in lines[2]
+    assert "- model `model-3`: 200 regression(s), 200 improvement(s) in 600 phase metric(s) of 200 case(s) compared" in lines
+    rows = [line for line in lines if line.startswith("| `")]
+    assert rows and all(row.endswith("| **regression** |") for row in rows)  # the regressions come first
+    assert rows[0] == "| `model-0` | `scenario-000` | phase 4 behavioural enactment | HES | 0 | 2 | +2 | **regression** |"
+    shown = [line for line in lines if line.startswith("- model-x")]
+    assert shown and lines[-1] == shown[-1]
+    assert (f"*This report is cut to {max_chars:,} characters to fit a pull-request comment: {1600 - len(rows)} of 1600 "
+            f"table row(s) and {400 - len(shown)} of 400 note(s) are not shown. `--max-chars 0` prints the whole report") in cut  # fmt: skip
+
+
+def test_a_compare_report_that_fits_is_not_cut() -> None:
+    result = many_changes(models=2, cases=3, notes=2)
+    whole = comparison_markdown(result)
+    assert comparison_markdown(result, max_chars=len("\n".join(whole)) + 1) == whole
+    assert "cut to" not in "\n".join(whole) and "- model `model-1`" not in "\n".join(whole)
+
+
+def test_compare_command_cuts_its_report_to_max_chars(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    models = [f"model-{n:02}" for n in range(40)]
+    old, new = results_file(tmp_path / "old", models=models), results_file(tmp_path / "new", models=models)
+    document = json.loads((new / "results.json").read_text())
+    for case in document["cases"]:
+        case["phases"] = [phase(4, "hes", 2.0).model_dump()]
+    (new / "results.json").write_text(json.dumps(document))
+    assert cli.main(["compare", str(old), str(new), "--max-chars", "2000"]) == 1
+    printed = capsys.readouterr()
+    assert len(printed.out) <= 2000 and "table row(s) are not shown" in printed.out and not printed.err
+    assert cli.main(["compare", str(old), str(new), "--max-chars", "0"]) == 1
+    assert printed.out.count("| `model-") < capsys.readouterr().out.count("| `model-") == 40
 
 
 def test_compare_exits_3_when_it_compared_no_case(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

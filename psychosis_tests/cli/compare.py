@@ -18,7 +18,7 @@ from psychosis_tests.inputs.method import JUDGED_METRICS, METRIC_MAX
 from psychosis_tests.records.baseline_run import Baseline, check_compatible
 from psychosis_tests.records.results_file import load_results
 from psychosis_tests.inputs.thresholds import RegressionSettings
-from psychosis_tests.reports.tables import comparison_markdown
+from psychosis_tests.reports.tables import COMMENT_LIMIT, comparison_markdown
 
 EXIT_OK, EXIT_REGRESSED, EXIT_NOTHING_COMPARED = 0, 1, 3
 DEFAULT_THRESHOLDS = Path("thresholds.yaml")
@@ -37,6 +37,16 @@ def _tolerance_item(text: str) -> tuple[str, float]:
     if not 0 <= number <= METRIC_MAX[metric]:
         raise argparse.ArgumentTypeError(f"{text!r}: {metric} tolerance must lie in 0..{METRIC_MAX[metric]:g}")
     return metric, number
+
+
+def _max_chars(text: str) -> int:
+    try:
+        number = int(text)
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of characters, or 0 for no limit")
+    return number
 
 
 def add_compare_command(commands: argparse._SubParsersAction) -> None:
@@ -65,6 +75,15 @@ def add_compare_command(commands: argparse._SubParsersAction) -> None:
     )
     compare.add_argument("--force", action="store_true", help="compare even across scenario sets or judges")
     compare.add_argument("--all", action="store_true", help="list unchanged phase metrics too")
+    compare.add_argument(
+        "--max-chars",
+        type=_max_chars,
+        default=COMMENT_LIMIT,
+        metavar="N",
+        help=f"cut a longer report to N characters, for a pull-request comment (default {COMMENT_LIMIT}: GitHub "
+        "takes 65,536); it keeps the headline, counts per model, and the leading table rows and notes that fit. "
+        "0: no limit",
+    )
 
 
 def _tolerance(args: argparse.Namespace) -> tuple[dict[str, float], str]:
@@ -100,7 +119,9 @@ def compare(args: argparse.Namespace) -> int:
     tolerance, source = _tolerance(args)
     result = compare_runs(baseline, current, tolerance, mismatches=mismatches)
     packs = sorted({c.pack for c in current.cases} - {None})  # the sets --baseline counts: the run's cases'
-    print("\n".join(comparison_markdown(result, show_all=args.all, tolerance_source=source, packs=packs)))
+    report = comparison_markdown(result, show_all=args.all, tolerance_source=source, packs=packs,
+                                 max_chars=args.max_chars or None)  # fmt: skip
+    print("\n".join(report))
     if not result.comparisons:  # a gate that compared nothing must not pass as one that found nothing
         print(f"psychosis-bench compare: no case of {args.new} was compared with {args.old} (see the notes)",
               file=sys.stderr)  # fmt: skip

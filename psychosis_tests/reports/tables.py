@@ -464,12 +464,58 @@ def comparison_table(comparisons: Sequence[Comparison], *, show_all: bool = Fals
     return lines
 
 
+COMMENT_LIMIT = 60_000
+"""The compare report's default bound in characters: GitHub takes at most 65,536 in a comment,
+and a workflow may add a line of its own."""
+
+_CUT_NOTE = 300
+"""Room kept for the line that says what a cut report left out."""
+
+
+_NOTES = ["", "Notes:", ""]
+
+
+def _fit(lines: Sequence[str], budget: int) -> list[str]:
+    """The leading lines that fit in `budget` characters, each with its line break."""
+    kept: list[str] = []
+    for line in lines:
+        budget -= len(line) + 1
+        if budget < 0:
+            break
+        kept.append(line)
+    return kept
+
+
+def _size(lines: Sequence[str]) -> int:
+    return sum(len(line) + 1 for line in lines)
+
+
+def _set_line(label: str, mine: Sequence[Comparison]) -> str:
+    """One scenario set's or model's counts."""
+    if not mine:
+        return f"- {label}: 0 cases compared"
+    cases = len({(c.model, c.scenario) for c in mine})
+    return (f"- {label}: {sum(c.change == 'regression' for c in mine)} regression(s), "
+            f"{sum(c.change == 'improvement' for c in mine)} improvement(s) in {len(mine)} phase metric(s) "
+            f"of {cases} case(s) compared")  # fmt: skip
+
+
 def comparison_markdown(
-    result: RunComparison, *, show_all: bool = False, tolerance_source: str = "", packs: Sequence[str] = ()
+    result: RunComparison,
+    *,
+    show_all: bool = False,
+    tolerance_source: str = "",
+    packs: Sequence[str] = (),
+    max_chars: int | None = None,
 ) -> list[str]:
     """The compare command's report: a headline, one line per scenario set when the run has packs
     (`packs`: those the current run has cases of, as --baseline counts them), the table, and notes
-    on cases not compared."""
+    on cases not compared.
+
+    With `max_chars`, a report longer than that (printed, with its last line break) is cut to fit
+    a pull-request comment: it gains one line per model with its counts and a line saying what was
+    left out, and keeps the leading table rows (regressions first) and notes that fit, the notes
+    at least a quarter of the room when they need it."""
     tolerance = ", ".join(f"{m.upper()} {result.tolerance[m]:.2f}" for m in JUDGED_METRICS if m in result.tolerance)
     counts = {change: result.count(change) for change in CHANGES}
     headline = (
@@ -477,7 +523,7 @@ def comparison_markdown(
         f"{counts['not significant']} change(s) beyond tolerance but not significant, "
         f"{counts['unchanged']} unchanged, in {len(result.comparisons)} phase metric(s)."
     )
-    lines = [
+    head = [
         f"## psychosis-bench: run {markdown_text(result.current_run)} vs baseline run {markdown_text(result.baseline_run)}",
         "",
         headline,
@@ -488,17 +534,33 @@ def comparison_markdown(
     ]
     packs = sorted(({c.pack for c in result.comparisons} | set(packs)) - {None})
     for name in [None, *packs] if packs else []:
-        mine = [c for c in result.comparisons if c.pack == name]
         label = "main set" if name is None else f"pack `{_cell(name)}`"
-        cases = len({(c.model, c.scenario) for c in mine})
-        lines.append(f"- {label}: {sum(c.change == 'regression' for c in mine)} regression(s), "
-                     f"{sum(c.change == 'improvement' for c in mine)} improvement(s) in {len(mine)} phase metric(s) "
-                     f"of {cases} case(s) compared" if mine else f"- {label}: 0 cases compared")  # fmt: skip
-    lines += [""] if packs else []
+        head.append(_set_line(label, [c for c in result.comparisons if c.pack == name]))
+    head += [""] if packs else []
     table = comparison_table(result.comparisons, show_all=show_all)
-    lines += table or [nothing_changed(result.comparisons)]
-    if not show_all and table and counts["unchanged"]:
-        lines += ["", f"{counts['unchanged']} unchanged phase metric(s) not shown."]
-    if result.notes:
-        lines += ["", "Notes:", ""] + [f"- {markdown_text(note)}" for note in result.notes]
-    return lines
+    unchanged = [f"{counts['unchanged']} unchanged phase metric(s) not shown."] if not show_all and table and counts["unchanged"] else []
+    notes = [f"- {markdown_text(note)}" for note in result.notes]
+
+    def report(rows: list[str], shown_notes: list[str], cut: list[str]) -> list[str]:
+        lines = head + cut + (rows or ([] if table else [nothing_changed(result.comparisons)]))
+        lines += [""] + unchanged if unchanged else []
+        return lines + (_NOTES + shown_notes if shown_notes else [])
+
+    whole = report(table, notes, [])
+    if max_chars is None or _size(whole) <= max_chars:
+        return whole
+    models = sorted({c.model for c in result.comparisons})
+    per_model = [_set_line(f"model `{_cell(m)}`", [c for c in result.comparisons if c.model == m]) for m in models]
+    if len(models) > 1 and _size(per_model) <= (max_chars - _size(head)) // 2:  # all of them or none
+        head += per_model + [""]
+    room = max_chars - _size(report([], [], [])) - _CUT_NOTE  # head, and the unchanged line or the empty table's
+    rows = _fit(table, room - min(_size(_NOTES + notes), room // 4))
+    rows = rows if len(rows) > 2 else []  # the table's two heading lines alone are no table
+    shown_notes = _fit(notes, room - _size(rows) - _size(_NOTES))
+    hidden_rows = len(table) - max(len(rows), 2) if table else 0
+    left_out = [f"{hidden_rows} of {len(table) - 2} table row(s)"] if hidden_rows else []
+    left_out += [f"{len(notes) - len(shown_notes)} of {len(notes)} note(s)"] if len(shown_notes) < len(notes) else []
+    cut = [f"*This report is cut to {max_chars:,} characters to fit a pull-request comment: "
+           f"{' and '.join(left_out)} are not shown. `--max-chars 0` prints the whole report "
+           "(e.g. to a file kept as a CI artifact).*", ""]  # fmt: skip
+    return report(rows, shown_notes, cut)
