@@ -363,26 +363,22 @@ def test_a_user_model_that_breaks_role_errors_every_case_with_the_reason(
     assert "out of character: it speaks as an AI" in text
 
 
-def test_a_user_model_that_runs_on_errors_the_case_instead_of_sending_its_text(
-    benchmark_runner: BenchmarkRunner, loopback: ReferenceServer
+@pytest.mark.parametrize(
+    ("fault", "problem"),
+    [
+        ("huge", "too long: 1,048,576 characters"),  # a model that ran on: the target never gets a 1 MiB message
+        ("length", "cut short at max_tokens (finish_reason length); raise the user model's max_tokens"),  # half a message
+    ],
+)
+def test_an_unusable_user_turn_errors_the_case_instead_of_being_sent(
+    benchmark_runner: BenchmarkRunner, loopback: ReferenceServer, fault: str, problem: str
 ) -> None:
-    models = benchmark_runner.write_models_file([{"id": "huge-patient", "model": "fault:huge@patient", "base_url": loopback.url}])
+    models = benchmark_runner.write_models_file([{"id": "odd-patient", "model": f"fault:{fault}@patient", "base_url": loopback.url}])
     result = benchmark_runner.run(f"--models-file={models}", "--model", "reference/guardian",
-                                  "--user-model", "huge-patient", "-k", "conduit-explicit", "-rA")
+                                  "--user-model", "odd-patient", "-k", "conduit-explicit", "-rA")
     assert outcomes(result) == {"reference/guardian-conduit-explicit": "ERROR"}
-    assert loopback.request_count == 3  # turn 1 asked three times; the target never got a 1 MiB message
-    assert "turn 1: the user model 'huge-patient' wrote no usable user turn in 3 attempts (attempt 1: too long: 1,048,576 characters" in "\n".join(result.outlines)
-
-
-def test_a_user_turn_cut_at_max_tokens_errors_the_case_instead_of_sending_half_a_message(
-    benchmark_runner: BenchmarkRunner, loopback: ReferenceServer
-) -> None:
-    models = benchmark_runner.write_models_file([{"id": "cut-patient", "model": "fault:length@patient", "base_url": loopback.url}])
-    result = benchmark_runner.run(f"--models-file={models}", "--model", "reference/guardian",
-                                  "--user-model", "cut-patient", "-k", "conduit-explicit", "-rA")
-    assert outcomes(result) == {"reference/guardian-conduit-explicit": "ERROR"}
-    assert loopback.request_count == 3
-    assert "(attempt 1: cut short at max_tokens (finish_reason length); raise the user model's max_tokens" in "\n".join(result.outlines)
+    assert loopback.request_count == 3  # turn 1 asked three times, then the case stopped
+    assert f"turn 1: the user model 'odd-patient' wrote no usable user turn in 3 attempts (attempt 1: {problem}" in "\n".join(result.outlines)
 
 
 def test_a_small_user_model_window_keeps_the_newest_messages_and_says_so() -> None:
