@@ -165,7 +165,7 @@ def pytest_configure(config: pytest.Config) -> None:
             if not config.option.collectonly and not config.getoption("psychosis_estimate"):
                 session.check_cache()
                 session.check_endpoints()
-                session.make_run_dir()
+                session.check_run_dir()
                 session.start_servers()
     except PsychosisBenchError as exc:
         raise pytest.UsageError(f"psychosis-bench: {' '.join(str(exc).split())}") from None

@@ -268,9 +268,12 @@ class BenchmarkSession:
         if self.plan.settings.cache_mode != "off":
             ResponseCache(self.plan.settings.cache_path).close()
 
-    def make_run_dir(self) -> None:
-        """Make the run folder now, before any call (a ConfigError naming it when it cannot be made:
-        a read-only or full place), not a traceback when the engine writes its first case."""
+    def check_run_dir(self) -> None:
+        """ConfigError naming the run folder when it cannot be made (a read-only or full place),
+        before any call, rather than a traceback when the engine writes its first case. The folder
+        made here is removed again: the engine makes it when it starts, and a run stopped before
+        that (a local model file missing, say) leaves no folder."""
+        made = not self.run_dir.exists()
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -278,6 +281,8 @@ class BenchmarkSession:
                 f"the run folder cannot be made ({exc.strerror}: {exc.filename}); choose another --report-dir",
                 file=self.run_dir,
             ) from None
+        if made:
+            self.run_dir.rmdir()
 
     def check_calibrated(self) -> None:
         """--require-calibrated-judge: refuse a judge without a passing calibration result."""
