@@ -282,6 +282,7 @@ class Plan:
 
     def metadata(self) -> dict:
         """What a later run needs to know to compare against this one."""
+        user_model, user_mode = self.recorded_user_side
         return {
             "targets": [t.id for t in self.targets],
             "judge": self.panel.id,
@@ -293,8 +294,8 @@ class Plan:
             "packs": pack_hashes(self.scenarios.values()),
             "thresholds_hash": file_hash(self.settings.thresholds),
             "repeats": self.settings.repeats,
-            "user_model": self.recorded_user_side[0],
-            "user_mode": self.recorded_user_side[1],
+            "user_model": user_model,
+            "user_mode": user_mode,
             "turns": self.recorded_turns,
             "cache_mode": self.settings.cache_mode,
             "baseline": self.baseline.describe() if self.baseline else None,
