@@ -12,6 +12,7 @@ from syrupy.extensions.json import JSONSnapshotExtension
 
 from psychosis_tests.analysis.baseline import profile_changes
 from psychosis_tests.common.errors import ConfigError
+from psychosis_tests.reports.run_files import SNAPSHOT_DIFFERS, SNAPSHOT_MISSING, SNAPSHOT_UNCHECKED
 
 
 class ProfileSnapshotExtension(JSONSnapshotExtension):
@@ -74,10 +75,10 @@ class ProfileSnapshot:
             return None
         result = self.snapshot.executions[self.snapshot.num_executions - 1]
         if result.exception is not None:
-            return f"profile snapshot {result.snapshot_location} could not be checked: {result.exception!r}"
+            return f"{SNAPSHOT_UNCHECKED}{result.snapshot_location} could not be checked: {result.exception!r}"
         if result.recalled_data is None:
-            return f"no profile snapshot at {result.snapshot_location} yet; record it with --snapshot-update"
-        differs = f"per-phase profile differs from its snapshot {result.snapshot_location}"
+            return f"{SNAPSHOT_MISSING}{result.snapshot_location} yet; record it with --snapshot-update"
+        differs = f"{SNAPSHOT_DIFFERS}{result.snapshot_location}"
         recorded = _recorded_profile(result.recalled_data)
         if recorded is None:
             return (

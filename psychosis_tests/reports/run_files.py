@@ -36,8 +36,10 @@ from psychosis_tests.reports.tables import markdown_summary
 from psychosis_tests.reports.usage import usage_rows
 
 STATUS_RANK = {"passed": 0, "skipped": 0, "failed": 1, "error": 2}
-SNAPSHOT_FAILURE_STARTS = ("per-phase profile differs from its snapshot ", "no profile snapshot at ", "profile snapshot ")
-"""How the message of a failed profile snapshot check begins (pytest_side/snapshots.py)."""
+SNAPSHOT_DIFFERS, SNAPSHOT_MISSING, SNAPSHOT_UNCHECKED = (
+    "per-phase profile differs from its snapshot ", "no profile snapshot at ", "profile snapshot ")
+"""How the messages of a failed profile snapshot check begin (pytest_side/snapshots.py writes them)."""
+SNAPSHOT_FAILURE_STARTS = (SNAPSHOT_DIFFERS, SNAPSHOT_MISSING, SNAPSHOT_UNCHECKED)
 
 
 def snapshot_failure(failure: str | None) -> str | None:
