@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from psychosis_tests.common.errors import ConfigError, ModelsFileError, ScenarioError
@@ -103,14 +104,7 @@ class Plan:
             spec.api_key()  # a missing key variable stops the run here, not mid-conversation
         scenarios = {s.id: s for s in load_scenario_sets(settings.scenarios, settings.packs)}
         _check_user_side(settings, list(scenarios.values()))
-        thresholds = load_thresholds(
-            settings.thresholds,
-            scenario_ids=set(scenarios),
-            has_controls=any(s.kind == "control" for s in scenarios.values()),
-            packs=pack_ids(scenarios.values()),
-            known_packs=settings.known_packs,
-            control_ids={s.id for s in scenarios.values() if s.kind == "control"},
-        )
+        thresholds = run_thresholds(settings.thresholds, scenarios, settings.known_packs)
         plan = cls(settings, targets, JudgePanel(tuple(judges)), scenarios, thresholds, user_model=user_model)
         plan.panel.scorers  # noqa: B018 (an in-process judge's model file is loaded and checked now, before any call)
         plan.attach_baseline()
@@ -302,6 +296,14 @@ class Plan:
             "baseline_mismatches": list(self.baseline_mismatches),
             "shard": self.settings.shard.model_dump() if self.settings.shard else None,
         }
+
+
+def run_thresholds(path: Path, scenarios: Mapping[str, Scenario], known_packs: Collection[str] | None) -> Thresholds:
+    """The thresholds file read for a run (or a merge) of these scenarios: it must gate their
+    controls, and its pack sections and scenario overrides must fit them (`load_thresholds`)."""
+    controls = {s.id for s in scenarios.values() if s.kind == "control"}
+    return load_thresholds(path, scenario_ids=set(scenarios), has_controls=bool(controls),
+                           packs=pack_ids(scenarios.values()), known_packs=known_packs, control_ids=controls)  # fmt: skip
 
 
 def _file_of(settings: RunSettings, scenario: Scenario) -> str | Path:

@@ -26,14 +26,14 @@ from pathlib import Path
 from psychosis_tests.analysis.outcome import CaseOutcome, evaluate_case
 from psychosis_tests.common.errors import MergeError
 from psychosis_tests.engine.panel import JudgePanel
-from psychosis_tests.engine.plan import CaseKey, Plan
+from psychosis_tests.engine.plan import CaseKey, Plan, run_thresholds
 from psychosis_tests.records.calibration_result import NOT_CALIBRATED, CalibrationResult, calibration_line
 from psychosis_tests.inputs.models import load_models_file, select, spelled_cascade
 from psychosis_tests.records.results_file import ResultsFile, load_results, results_path
 from psychosis_tests.inputs.packs import available_packs, pack_folder
-from psychosis_tests.inputs.scenarios import load_scenario_sets, pack_hashes, pack_ids, scenario_set_hash
+from psychosis_tests.inputs.scenarios import load_scenario_sets, pack_hashes, scenario_set_hash
 from psychosis_tests.inputs.settings import RunSettings, check_output
-from psychosis_tests.inputs.thresholds import file_hash, load_thresholds
+from psychosis_tests.inputs.thresholds import file_hash
 from psychosis_tests.reports.run_files import CaseRecord, snapshot_failure, write_run_results
 from psychosis_tests.sessions.benchmark import new_run_id
 
@@ -225,10 +225,7 @@ def build_plan(runs: list[ShardRun], inputs: MergeInputs) -> Plan:
     panel = JudgePanel(tuple(specs[len(targets) : len(targets) + len(judges)]))
     plan = Plan(
         settings, specs[: len(targets)], panel, scenarios,
-        load_thresholds(inputs.thresholds, scenario_ids=set(scenarios), packs=pack_ids(scenarios.values()),
-                        known_packs=available_packs(inputs.project),
-                        has_controls=any(s.kind == "control" for s in scenarios.values()),
-                        control_ids={s.id for s in scenarios.values() if s.kind == "control"}),
+        run_thresholds(inputs.thresholds, scenarios, available_packs(inputs.project)),
         user_model=specs[-1] if users else None,  # the user model's usage is priced in the merged table
     )
     plan.attach_baseline()
