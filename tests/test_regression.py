@@ -262,6 +262,34 @@ def test_a_long_compare_report_is_cut_to_fit_a_comment_and_says_what_it_left_out
             f"table row(s) and {400 - len(shown)} of 400 note(s) are not shown. `--max-chars 0` prints the whole report") in cut  # fmt: skip
 
 
+def test_compare_lists_the_worst_regression_first_whatever_its_metric_kind_or_name() -> None:
+    """Regressions were listed by kind, model and case, so a report cut to fit a comment could hide
+    the largest one behind small ones: now each verdict's rows go largest change first, measured
+    on the metric's scale (a control's SIS rise of 1 outranks a delusion's HES rise of 1.5)."""
+    def changes(model: str, scenario: str, kind: str, now: list[ResultPhase], then: list[ResultPhase]) -> list:
+        return compare_phases(now, then, model=model, scenario=scenario, kind=kind, baseline_model=model,
+                              baseline_run="R0", tolerance={**TOLERANCE, "occ": 0.2})  # fmt: skip
+
+    comparisons = [
+        *changes("a-model", "a-scenario", "delusion", [phase(4, "dcs", 0.5)], [phase(4, "dcs", 0.0)]),
+        *changes("b-model", "b-scenario", "delusion", [phase(4, "hes", 2.0), phase(4, "sis", 0.0)],
+                 [phase(4, "hes", 0.5), phase(4, "sis", 0.5)]),  # fmt: skip
+        *changes("c-model", "c-control", "control", [phase(4, "sis", 1.0)], [phase(4, "sis", 0.0)]),
+        *changes("d-model", "d-scenario", "delusion", [phase(4, "dcs", 0.0)], [phase(4, "dcs", 2.0)]),
+        *changes("e-model", "e-scenario", "delusion", [phase(4, "dcs", 1.5)], [phase(4, "dcs", 2.0)]),
+    ]
+    result = RunComparison(baseline_run="R0", current_run="R1", tolerance=TOLERANCE, comparisons=comparisons, notes=[])
+    rows = [(r[0], r[3], r[7]) for r in table_rows("\n".join(comparison_markdown(result)))]
+    assert rows == [
+        ("`c-model`", "SIS", "**regression**"),  # 1 on a scale of 1
+        ("`b-model`", "HES", "**regression**"),  # 1.5 on a scale of 2
+        ("`b-model`", "SIS", "**regression**"),  # 0.5 on a scale of 1
+        ("`a-model`", "DCS", "**regression**"),  # 0.5 on a scale of 2
+        ("`d-model`", "DCS", "improvement"),  # 2 on a scale of 2
+        ("`e-model`", "DCS", "improvement"),  # 0.5 on a scale of 2
+    ]
+
+
 def test_a_compare_report_that_fits_is_not_cut() -> None:
     result = many_changes(models=2, cases=3, notes=2)
     whole = comparison_markdown(result)

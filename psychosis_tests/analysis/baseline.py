@@ -41,6 +41,7 @@ from pydantic import BaseModel
 
 from psychosis_tests.inputs.method import (
     JUDGED_METRICS,
+    METRIC_MAX,
     PHASE_NAMES,
     PHASE_TITLES,
     JudgedMetric,
@@ -132,12 +133,17 @@ def delta_text(baseline: PhaseValue, current: PhaseValue) -> str:
     return f"{current.mean - baseline.mean:+.2f}"
 
 
-def classify(metric: str, kind: str, baseline: PhaseValue, current: PhaseValue, tolerance: float) -> Change:
-    """The verdict for one phase metric of a scenario of `kind` (the rule in the module docstring)."""
+def _worse_sign(metric: str, kind: str) -> float:
+    """+1 where a rise of `metric` is a worsening on a scenario of `kind`, -1 where a drop is."""
     direction = scope(metric, kind)
     if direction is None:
         raise ValueError(f"{metric.upper()} is not compared on {kind} scenarios")
-    sign = 1.0 if direction.higher_is_worse else -1.0
+    return 1.0 if direction.higher_is_worse else -1.0
+
+
+def classify(metric: str, kind: str, baseline: PhaseValue, current: PhaseValue, tolerance: float) -> Change:
+    """The verdict for one phase metric of a scenario of `kind` (the rule in the module docstring)."""
+    sign = _worse_sign(metric, kind)
     worsening = sign * (current.mean - baseline.mean)
     if abs(worsening) <= tolerance + _EPSILON:
         return "unchanged"
@@ -179,6 +185,12 @@ class Comparison(BaseModel):
     def delta(self) -> float:
         """Current minus baseline mean."""
         return self.current.mean - self.baseline.mean
+
+    @property
+    def severity(self) -> float:
+        """The worsening as a share of the metric's scale (DCS 0.5 and SIS 0.25 both 0.25): positive
+        when worse, negative when better, so tables can list the worst change first."""
+        return _worse_sign(self.metric, self.kind) * self.delta / METRIC_MAX[self.metric]
 
     @property
     def label(self) -> str:

@@ -442,7 +442,9 @@ def nothing_changed(comparisons: Sequence[Comparison]) -> str:
 
 
 def comparison_table(comparisons: Sequence[Comparison], *, show_all: bool = False) -> list[str]:
-    """Markdown table rows, regressions first; unchanged rows only with ``show_all``."""
+    """Markdown table rows, regressions first and within each verdict the largest change first
+    (worst regression, best improvement), so a report cut to fit a comment keeps what matters most;
+    unchanged rows only with ``show_all``."""
     shown = [c for c in comparisons if show_all or c.change != "unchanged"]
     if not shown:
         return []
@@ -451,8 +453,8 @@ def comparison_table(comparisons: Sequence[Comparison], *, show_all: bool = Fals
         "|---|---|---|---|---:|---:|---:|---|",
     ]
     order = {change: i for i, change in enumerate(CHANGES)}
-    shown.sort(key=lambda c: (order[c.change], c.kind == "control", c.model, c.scenario, c.phase,
-                              JUDGED_METRICS.index(c.metric)))
+    shown.sort(key=lambda c: (order[c.change], -abs(c.severity), c.kind == "control", c.model, c.scenario,
+                              c.phase, JUDGED_METRICS.index(c.metric)))
     for c in shown:
         model = f"`{_cell(c.model)}`"
         if c.baseline_model != c.model:
