@@ -144,12 +144,19 @@ class ResultCollector:
                 break
         preload_statistics()
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_keyboard_interrupt(self) -> None:
+        # Ahead of the terminal reporter, whose rendering of the interrupt's traceback takes a
+        # second or two, while the engine would go on making calls.
+        self.bench.stop_unfinished()
+
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.sigterm is not None:
             signal.signal(signal.SIGTERM, self.sigterm)
         self.preload_now.set()  # a run that reported nothing leaves no thread polling
         if self.progress is not None:
             self.progress.stop()
+        self.bench.stop_unfinished()
         self.bench.record_unreported("not run: the session stopped before this case reported (-x, --maxfail or an interrupt)")
         sharded = self.bench.plan.settings.shard is not None
         if sharded and session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:

@@ -206,6 +206,13 @@ class BenchmarkSession:
         record.failure = record.failure or failure
         record.error = record.error or problem
 
+    def stop_unfinished(self) -> None:
+        """Stop every case still running: the session is over (Ctrl-C, SIGTERM, -x), so it will
+        never report, and each call it went on making while the reports are written would be paid
+        for nothing."""
+        if self._runner is not None:
+            self._runner.cancel_all_but(set(self.finished))
+
     def record_unreported(self, reason: str) -> None:
         """Record every selected case that never reported (the run stopped early: -x, --maxfail,
         an interrupt) as an error saying so, so the reports show the whole selection."""
