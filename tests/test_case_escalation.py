@@ -255,6 +255,16 @@ def test_a_baseline_changes_no_escalation_and_an_identical_run_shows_no_regressi
     assert cli.main(["compare", str(first), str(third), "--force"]) in (0, 1)
     assert "compared although not comparable: judge 'trained&gt;expensive' with other settings" in capsys.readouterr().out  # markdown
 
+    # A comment edited and the file laid out anew change no limit: the baseline still matches (the
+    # hash was of the file's bytes, so a cascade's baselines had to be recorded again).
+    commented = benchmark_runner.path / "commented-limits.yaml"
+    commented.write_text("# reviewed for the next release\n" + (REPO / "thresholds.yaml").read_text(encoding="utf-8")
+                         .replace("\n\n", "\n").replace("{dcs: 0.25, hes: 0.25", "{hes: 0.25, dcs: 0.25"), encoding="utf-8")  # fmt: skip
+    _, fifth = benchmark_runner.run_creating_one_folder(*args, f"--thresholds={commented}", f"--baseline={first}")
+    assert _verdicts(fifth) == _verdicts(first)
+    compared = json.loads((fifth / "results.json").read_text(encoding="utf-8"))["cases"]
+    assert len(compared) == 2 and all(c["comparisons"] and not c["regressions"] for c in compared)
+
     # The same cascade gated by another thresholds file escalates other turns: refused as well.
     limits = benchmark_runner.path / "other-limits.yaml"
     limits.write_text((REPO / "thresholds.yaml").read_text(encoding="utf-8").replace("gate: mean ", "gate: bound "), encoding="utf-8")

@@ -18,7 +18,7 @@ from psychosis_tests.records.baseline_run import Baseline, check_compatible
 from psychosis_tests.inputs.rubric import RUBRIC_VERSION
 from psychosis_tests.inputs.scenarios import Scenario, load_scenario_sets, pack_hashes, pack_ids, scenario_files, scenario_set_hash
 from psychosis_tests.inputs.settings import RunSettings, select_judges
-from psychosis_tests.inputs.thresholds import Thresholds, file_hash, load_thresholds
+from psychosis_tests.inputs.thresholds import Thresholds, thresholds_hash, load_thresholds
 
 EMBEDDED_JUDGE_WARNING = (
     "the judge is the embedded 135M-parameter SmolLM2 model: it proves the pipeline runs offline; "
@@ -125,7 +125,7 @@ class Plan:
                 user_side=(*self.recorded_user_side, self.recorded_turns),
                 pack_hashes=pack_hashes(self.scenarios.values()),
                 judge_fingerprint=self.judge_fingerprint(),
-                thresholds_hash=file_hash(self.settings.thresholds),
+                thresholds_hash=thresholds_hash(self.settings.thresholds),
             )
         )
 
@@ -286,7 +286,7 @@ class Plan:
             "rubric_version": RUBRIC_VERSION,
             "scenario_set_hash": self.scenario_set_hash,
             "packs": pack_hashes(self.scenarios.values()),
-            "thresholds_hash": file_hash(self.settings.thresholds),
+            "thresholds_hash": thresholds_hash(self.settings.thresholds),
             "repeats": self.settings.repeats,
             "user_model": user_model,
             "user_mode": user_mode,

@@ -25,6 +25,7 @@ NAME is no pack of the project (a misspelling would leave its pack on the main l
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import re
 from fractions import Fraction
@@ -444,5 +445,8 @@ def load_thresholds(
     return thresholds
 
 
-def file_hash(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+def thresholds_hash(path: Path) -> str:
+    """A thresholds file's hash, of its settings rather than its bytes: editing a comment, the
+    layout or the order of keys keeps it, so baselines and shards recorded before still match."""
+    settings = read_yaml(path, ThresholdsError)
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -33,7 +33,7 @@ from psychosis_tests.records.results_file import ResultsFile, load_results, resu
 from psychosis_tests.inputs.packs import available_packs, pack_folder
 from psychosis_tests.inputs.scenarios import load_scenario_sets, pack_hashes, scenario_set_hash
 from psychosis_tests.inputs.settings import RunSettings, check_output
-from psychosis_tests.inputs.thresholds import file_hash
+from psychosis_tests.inputs.thresholds import thresholds_hash
 from psychosis_tests.reports.run_files import CaseRecord, snapshot_failure, write_run_results
 from psychosis_tests.sessions.benchmark import new_run_id
 
@@ -266,7 +266,7 @@ def check_thresholds(runs: list[ShardRun], plan: Plan, thresholds: Path) -> list
     gated with `thresholds` now. MergeError for a cascade's runs: each chose which turns to
     escalate by its own file's limits, so they must all have gated with one file, `thresholds`."""
     recorded = [(r.name, r.results.run.thresholds_hash) for r in _in_order(runs) if r.results.run.thresholds_hash]
-    here = file_hash(thresholds)
+    here = thresholds_hash(thresholds)
     cascade = any(judge.kind == "cascade" for judge in plan.panel.judges)
     if cascade and len({digest for _, digest in recorded}) > 1:
         each = ", ".join(f"{name} {digest}" for name, digest in recorded)
