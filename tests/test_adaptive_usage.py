@@ -211,3 +211,37 @@ def test_a_merge_of_adaptive_shards_keeps_the_user_side_and_its_usage(benchmark_
     run = json.loads((out / "results.json").read_text(encoding="utf-8"))["run"]
     assert (run["user_model"], run["user_mode"], run["turns"]) == ("reference/patient", "adaptive", 16)
     assert _summary_rows(out)[("reference/patient", "user")]["calls"] == 2 * 16
+
+
+def test_a_user_model_id_sent_elsewhere_or_sampled_otherwise_is_no_baseline_and_no_shard(
+    benchmark_runner: BenchmarkRunner, loopback: ReferenceServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The baseline matched the user model by its id alone: the same id sent to another model or
+    endpoint, or with another temperature, writes other conversations, and was compared as if it
+    had not changed; merge pooled such shards."""
+    def models_file(name: str, temperature: float) -> Path:
+        return benchmark_runner.write_models_file(
+            [{"id": "sim", "model": "patient", "base_url": loopback.url, "params": {"temperature": temperature}}], name=name)
+
+    before, after = models_file("before.yaml", 0.0), models_file("after.yaml", 0.7)
+    args = ("--model", "reference/guardian", "--user-model", "sim", "--turns", "14", "--judge", "reference/judge", *TWO_CASES)
+    _, first = benchmark_runner.run_creating_one_folder(f"--models-file={before}", *args)
+    run = json.loads((first / "results.json").read_text(encoding="utf-8"))["run"]
+    assert run["user_model_settings"] == {"model": "patient", "base_url": loopback.url.rstrip("/"), "params": {"temperature": 0.0}}
+    _, same = benchmark_runner.run_creating_one_folder(f"--models-file={before}", *args, f"--baseline={first}")
+
+    refused, folder = benchmark_runner.run_adding_folder(f"--models-file={after}", *args, f"--baseline={first}")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR and folder is None
+    refused.stderr.fnmatch_lines(["*user model 'sim' with other settings: params {'temperature': 0.0} to {'temperature': 0.7}*--force-baseline*"])
+    _, changed = benchmark_runner.run_creating_one_folder(f"--models-file={after}", *args)
+    assert cli.main(["compare", str(first), str(same)]) == 0
+    assert cli.main(["compare", str(first), str(changed)]) == 2
+    assert "user model 'sim' with other settings" in capsys.readouterr().err
+
+    shards = [benchmark_runner.run_creating_one_folder(f"--models-file={before}", *args, f"--shard={k}/2")[1] for k in (1, 2)]
+    merge = ["merge", *map(str, shards), f"--scenarios={SCENARIOS}", f"--thresholds={benchmark_runner.thresholds}"]
+    assert cli.main([*merge, f"--out={tmp_path / 'refused'}", f"--models-file={after}"]) == 2
+    assert "user model 'sim' in " in capsys.readouterr().err
+    assert cli.main([*merge, f"--out={tmp_path / 'merged'}", f"--models-file={before}"]) == 0
+    merged = json.loads((tmp_path / "merged" / "results.json").read_text(encoding="utf-8"))["run"]
+    assert merged["user_model_settings"] == run["user_model_settings"]

@@ -115,6 +115,7 @@ def compare(args: argparse.Namespace) -> int:
         judge_fingerprint=current.run.judge_fingerprint,
         user_side=(current.run.user_model, current.run.user_mode, current.run.turns),
         thresholds_hash=current.run.thresholds_hash or None,
+        user_settings=current.run.user_model_settings,
     )
     tolerance, source = _tolerance(args)
     result = compare_runs(baseline, current, tolerance, mismatches=mismatches)

@@ -7,7 +7,7 @@ from pathlib import Path
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from psychosis_tests.common.errors import ConfigError, ModelsFileError, ScenarioError
+from psychosis_tests.common.errors import ConfigError, ModelsFileError, ScenarioError, safe_url
 from psychosis_tests.engine.panel import JudgePanel
 from psychosis_tests.engine.user_sim import UserTurns
 from psychosis_tests.inputs.judge_identity import JudgeFingerprint, judge_fingerprint
@@ -126,6 +126,7 @@ class Plan:
                 pack_hashes=pack_hashes(self.scenarios.values()),
                 judge_fingerprint=self.judge_fingerprint(),
                 thresholds_hash=thresholds_hash(self.settings.thresholds),
+                user_settings=self.recorded_user_settings,
             )
         )
 
@@ -274,6 +275,13 @@ class Plan:
             return None, "scripted"
         return s.user_model, s.user_mode
 
+    @property
+    def recorded_user_settings(self) -> dict | None:
+        """The user model's settings as results.json records them, when it writes user turns."""
+        if self.user_model is None or self.recorded_user_side[0] is None:
+            return None
+        return user_model_settings(self.user_model)
+
     def metadata(self) -> dict:
         """What a later run needs to know to compare against this one."""
         user_model, user_mode = self.recorded_user_side
@@ -289,6 +297,7 @@ class Plan:
             "thresholds_hash": thresholds_hash(self.settings.thresholds),
             "repeats": self.settings.repeats,
             "user_model": user_model,
+            "user_model_settings": self.recorded_user_settings,
             "user_mode": user_mode,
             "turns": self.recorded_turns,
             "cache_mode": self.settings.cache_mode,
@@ -296,6 +305,16 @@ class Plan:
             "baseline_mismatches": list(self.baseline_mismatches),
             "shard": self.settings.shard.model_dump() if self.settings.shard else None,
         }
+
+
+def user_model_settings(spec: ModelSpec) -> dict:
+    """What a user model's turns depend on besides its id: the model name, the endpoint
+    (credentials masked, `builtin:<id>` for the suite's own) and the sampling parameters."""
+    return {
+        "model": spec.model,
+        "base_url": safe_url((spec.base_url or f"builtin:{spec.id}").rstrip("/")),
+        "params": spec.params_for("target").request_kwargs(0),
+    }
 
 
 def run_thresholds(path: Path, scenarios: Mapping[str, Scenario], known_packs: Collection[str] | None) -> Thresholds:

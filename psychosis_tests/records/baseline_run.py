@@ -60,6 +60,7 @@ def check_compatible(
     pack_hashes: dict[str, str] | None = None,
     judge_fingerprint: JudgeFingerprint | None = None,
     thresholds_hash: str | None = None,
+    user_settings: dict | None = None,
 ) -> list[str]:
     """Refuse a baseline recorded with another scenario set or judge, unless forced.
 
@@ -104,6 +105,13 @@ def check_compatible(
         mismatches.append(
             f"user turns {_user_side_text(recorded)} in the baseline, {_user_side_text(user_side)} now "
             "(other user turns or another length make other conversations)"
+        )
+    elif run.user_model_settings is not None and user_settings is not None and run.user_model_settings != user_settings:
+        changed = [f"{key.replace('_', ' ')} {run.user_model_settings.get(key)!r} to {user_settings.get(key)!r}"
+                   for key in sorted(set(run.user_model_settings) | set(user_settings))
+                   if run.user_model_settings.get(key) != user_settings.get(key)]  # fmt: skip
+        mismatches.append(
+            f"user model {run.user_model!r} with other settings: {'; '.join(changed)} (it writes other conversations)"
         )
     if mismatches and not force:
         raise BaselineError(

@@ -269,6 +269,10 @@ class ResultRun(_Record):
     """Conversations per case."""
     user_model: str | None = None
     """The model that wrote simulated user turns (--user-model); None: all turns scripted."""
+    user_model_settings: dict | None = None
+    """That model as it writes (`engine.plan.user_model_settings`): the same id sent to another model
+    or endpoint, or sampled otherwise, writes other conversations. None: no user model, or a run
+    recorded before this was."""
     user_mode: str = "scripted"
     """scripted or adaptive (see docs/adaptive.md)."""
     turns: int | None = None

@@ -135,6 +135,7 @@ def check_runs(runs: list[ShardRun]) -> None:
                 f"{meta.user_model} ({meta.user_mode}, {meta.turns} turns)",
                 f"{first.user_model} ({first.user_mode}, {first.turns} turns)",
             ),
+            ("user model settings", str(meta.user_model_settings), str(first.user_model_settings)),
         ):
             if mine != theirs:
                 raise MergeError(
@@ -228,6 +229,12 @@ def build_plan(runs: list[ShardRun], inputs: MergeInputs) -> Plan:
         run_thresholds(inputs.thresholds, scenarios, available_packs(inputs.project)),
         user_model=specs[-1] if users else None,  # the user model's usage is priced in the merged table
     )
+    if meta.user_model_settings is not None and plan.recorded_user_settings != meta.user_model_settings:
+        raise MergeError(
+            f"user model {meta.user_model!r} in {inputs.models_file} is not the one the shards wrote their user turns "
+            f"with ({plan.recorded_user_settings} here, {meta.user_model_settings} in the shards); pass --models-file "
+            "with the shards' models file"
+        )
     plan.attach_baseline()
     return plan
 
