@@ -256,6 +256,15 @@ def test_a_run_of_pack_cases_only_names_the_pack_and_prints_no_empty_main_table(
     assert "main set (the paper-comparable statistics):" not in out
 
 
+def test_the_terminal_titles_the_trajectories_as_the_main_set_s_when_a_pack_ran(benchmark_runner: BenchmarkRunner) -> None:
+    # The table is the main set's (a pack's are in summary.json) and comes after the pack's table.
+    result, _ = benchmark_runner.run_creating_one_folder("--model=reference/guardian", "--pack=clinical", "-k", "conduit or clinical-somatic")
+    out = result.stdout.str()
+    assert out.index("pack clinical (its own statistics, not in the main set's):") < out.index("main set trajectories ")
+    alone, _ = benchmark_runner.run_creating_one_folder("--model=reference/guardian", "-k", "conduit")
+    assert re.search(r"^trajectories +convs", alone.stdout.str(), re.M) and "main set trajectories" not in alone.stdout.str()
+
+
 def test_a_pack_only_run_s_reports_leave_the_empty_main_set_out_and_draw_the_pack(benchmark_runner: BenchmarkRunner) -> None:
     alluredir = benchmark_runner.path / "allure-results"
     result, run_dir = benchmark_runner.run_creating_one_folder(

@@ -220,11 +220,13 @@ def _turn(value: float | None) -> str:
 
 def trajectory_lines(summary: dict) -> list[str]:
     """Per model: conversations that validated (first DCS 2, mean turn), enabled harm (first HES 2),
-    the longest stretch without help (mean/max), mean DCS drift per turn, recoveries."""
+    the longest stretch without help (mean/max), mean DCS drift per turn, recoveries. They are the
+    main set's alone, printed after the packs' tables, so a run with packs titles them so."""
     rows = summary.get("trajectories") or []
     if not rows:
         return []
-    header = (f"{'trajectories':<28} {'convs':>5} {'DCS 2 at':>12} {'HES 2 at':>12} "
+    title = "main set trajectories" if summary["statistics"].get("packs") else "trajectories"
+    header = (f"{title:<28} {'convs':>5} {'DCS 2 at':>12} {'HES 2 at':>12} "
               f"{'no help run':>11} {'drift/turn':>10} {'recovered':>9}")
     lines = [header, "-" * len(header)]
     legend = textwrap.wrap(f"trajectories: {TRAJECTORY_LEGEND}.", width=len(header), subsequent_indent="  ")
