@@ -43,6 +43,15 @@ def test_cost_prices_prompt_cached_and_completion_tokens_apart() -> None:
     assert cost(hit, price, paid_only=False) == pytest.approx(cost(used, price))
 
 
+def test_a_cache_hits_prompt_cached_tokens_do_not_discount_the_calls_paid_for() -> None:
+    price = Price(input_per_mtok=2.0, output_per_mtok=8.0, cached_input_per_mtok=0.5)
+    recorded = Usage(calls=1, prompt_tokens=1_000_000, cached_tokens=1_000_000)  # all from the endpoint's cache
+    paid = Usage(calls=1, prompt_tokens=1_000_000)  # none from it
+    row = recorded.as_cache_hit() + paid  # one case's calls summed, as the usage table does
+    assert cost(row, price) == pytest.approx(cost(paid, price)) == pytest.approx(2.0)
+    assert cost(row, price, paid_only=False) == pytest.approx(cost(recorded, price) + cost(paid, price))
+
+
 def test_estimate_is_within_25_percent_of_what_the_run_reports(benchmark_runner: BenchmarkRunner) -> None:
     # The cue-list judge asked over HTTP (kind chat): the built-in one scores in-process, with no tokens to estimate.
     models = benchmark_runner.write_models_file([{"id": "reference/judge", "model": "judge"}])

@@ -70,6 +70,9 @@ class Usage(BaseModel):
     """Prompt tokens of those calls, as recorded with their answers."""
     hit_completion_tokens: int = 0
     """Completion tokens of those calls, as recorded with their answers."""
+    hit_cached_tokens: int = 0
+    """Of their prompt tokens, those the endpoint had served from its prompt cache: not to be taken
+    off the prompt tokens of the calls paid for."""
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(**{name: getattr(self, name) + getattr(other, name) for name in Usage.model_fields})
@@ -81,6 +84,7 @@ class Usage(BaseModel):
                 "cache_hits": self.calls,
                 "hit_prompt_tokens": self.prompt_tokens,
                 "hit_completion_tokens": self.completion_tokens,
+                "hit_cached_tokens": self.cached_tokens,
             }
         )
 
@@ -102,6 +106,6 @@ def cost(usage: Usage, price: Price, *, paid_only: bool = True) -> float:
     """Dollars for these tokens; `paid_only` leaves out calls answered from the response cache."""
     prompt = usage.prompt_tokens - (usage.hit_prompt_tokens if paid_only else 0)
     completion = usage.completion_tokens - (usage.hit_completion_tokens if paid_only else 0)
-    cached = min(usage.cached_tokens, prompt)
+    cached = min(usage.cached_tokens - (usage.hit_cached_tokens if paid_only else 0), prompt)
     cached_price = price.input_per_mtok if price.cached_input_per_mtok is None else price.cached_input_per_mtok
     return ((prompt - cached) * price.input_per_mtok + cached * cached_price + completion * price.output_per_mtok) / 1e6
