@@ -224,6 +224,18 @@ def test_calls_without_reported_usage_are_said_not_hidden() -> None:
     assert any("12 of the 12 target calls to `quiet` reported no usage" in line for line in usage_lines([row], markdown=True))
 
 
+def test_the_runs_cost_line_names_the_models_it_has_no_price_for() -> None:
+    """As --estimate's total does: their calls are not in the sum, which is not the run's whole cost."""
+    used = Usage(calls=12, prompt_tokens=1000, completion_tokens=100).model_dump()
+    rows = [{"model": "priced", "role": "target", **used, "cost_usd": 0.5, "cost_with_cache_hits_usd": 0.5},
+            {"model": "free", "role": "target", **used, "cost_usd": None, "cost_with_cache_hits_usd": None},
+            {"model": "in-process", "role": "judge", **Usage().model_dump(), "cost_usd": None,
+             "cost_with_cache_hits_usd": None}]  # fmt: skip
+    assert "cost of this run's calls (response-cache hits are free): $0.5000 (no price for free)" in usage_lines(
+        rows, markdown=False
+    )
+
+
 def test_estimate_counts_a_cascades_escalation_calls_over_the_run_not_per_conversation(tmp_path: Path) -> None:
     """9 judged turns a conversation: 5% of each rounds to 0 calls, 5% of all of them does not."""
     judge = {"model": "judge", "base_url": "http://127.0.0.1:9/v1", "price": {"input_per_mtok": 2.5, "output_per_mtok": 10}}
@@ -263,7 +275,8 @@ def test_a_panel_of_judges_at_one_price_is_priced(benchmark_runner: BenchmarkRun
     used = Usage.model_validate({k: v for k, v in judge_row.items() if k in Usage.model_fields})
     assert judge_row["cost_usd"] == pytest.approx(cost(used, Price(**price)), abs=1e-6) and judge_row["cost_usd"] > 0
     assert summary["run"]["spent_usd"] == pytest.approx(judge_row["cost_usd"], abs=1e-6)
-    result.stdout.fnmatch_lines([f"cost of this run's calls (response-cache hits are free): ${judge_row['cost_usd']:.4f}",
+    result.stdout.fnmatch_lines([f"cost of this run's calls (response-cache hits are free): ${judge_row['cost_usd']:.4f}"
+                                 " (no price for reference/sycophant)",
                                  f"spent on priced models in all (errored cases included): ${judge_row['cost_usd']:.4f}"])
 
 

@@ -123,6 +123,10 @@ def usage_lines(rows: list[dict], *, markdown: bool, escalation: dict | None = N
         lines.append(f"no usage reported by the endpoint, counted as 0 tokens: {', '.join(unreported)}")
     lines += [f"no cost for {r['model']} ({r['role']}): {r['no_cost_reason']} ({spending})" for r in no_cost]
     spent = [r["cost_usd"] for r in rows if r["cost_usd"] is not None]
+    unpriced = [r["model"] for r in rows if r["cost_usd"] is None and r["calls"]]  # in-process: no call to price
     if spent:
-        lines.append(f"cost of this run's calls (response-cache hits are free): ${sum(spent):.4f}")
+        lines.append(
+            f"cost of this run's calls (response-cache hits are free): ${sum(spent):.4f}"
+            + (f" (no price for {', '.join(unpriced)})" if unpriced else "")
+        )
     return lines + escalated
