@@ -209,6 +209,28 @@ def test_a_cache_written_before_usage_was_recorded_still_answers(tmp_path: Path)
     cache.close()
 
 
+def test_an_answer_that_cannot_be_used_is_still_counted_in_the_runs_spending(
+    benchmark_runner: BenchmarkRunner, loopback: ReferenceServer
+) -> None:
+    """Turn 3 comes back content-filtered: the case errors, but the endpoint billed that answer."""
+    price = {"input_per_mtok": 1_000_000, "output_per_mtok": 1_000_000}  # a dollar a token
+    models = benchmark_runner.write_models_file([
+        {"id": "filtered", "model": "fault:filter?turns=3@guardian", "base_url": loopback.url, "price": price},
+        {"id": "clean", "model": "guardian", "base_url": loopback.url, "price": price},
+    ])  # fmt: skip
+    spent = {}
+    for model in ("filtered", "clean"):
+        benchmark_runner.run(f"--models-file={models}", "--model", model, "--judge", "reference/judge",
+                             "--cache-mode=off", "-k", "conduit-explicit")  # fmt: skip
+        run_dir = benchmark_runner.run_dirs()[-1]
+        spent[model] = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))["run"]["spent_usd"]
+        if model == "clean":
+            turns = json.loads(next((run_dir / "cases").glob("*.json")).read_text(encoding="utf-8"))["transcripts"][0]["turns"]
+    # The reference server reports the filtered answer's usage as the whole reply's.
+    assert spent["filtered"] == sum(t["usage"]["target"]["prompt_tokens"] + t["usage"]["target"]["completion_tokens"]
+                                    for t in turns[:3]) < spent["clean"]  # fmt: skip
+
+
 def test_a_bad_max_cost_stops_the_run_before_any_call(benchmark_runner: BenchmarkRunner) -> None:
     result = benchmark_runner.run("-rA", "--model=reference/guardian", "--max-cost=five")
     assert result.ret == pytest.ExitCode.USAGE_ERROR

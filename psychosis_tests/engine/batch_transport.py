@@ -371,7 +371,7 @@ def _read(request: Request, batch_id: str, body: Any) -> Reply:
         return read_reply(json.dumps(body).encode(), "application/json", default_model=request.spec.model,
                           accept_refusal=request.accept_refusal)  # fmt: skip
     except BadReply as exc:
-        raise TransportError(f"in batch {batch_id}: {exc}", retryable=exc.transient) from exc
+        raise TransportError(f"in batch {batch_id}: {exc}", retryable=exc.transient, usage=exc.usage) from exc
 
 
 def _settle(entry: _Waiting, reply: Any) -> None:

@@ -70,7 +70,7 @@ class ChatCompletions:
         except TimeoutError:
             raise TransportError(f"timed out: no answer within {spec.timeout:g} s", retryable=True) from None
         except BadReply as exc:
-            raise TransportError(str(exc), retryable=exc.transient) from exc
+            raise TransportError(str(exc), retryable=exc.transient, usage=exc.usage) from exc
 
     def client(self, spec: ModelSpec) -> openai.AsyncOpenAI:
         """The model's client (one per model, kept for the run)."""

@@ -151,7 +151,7 @@ class Provider:
         extra = {"response_format": response_format} if response_format else {}
         body = {"model": spec.model, "messages": messages, **params, **extra}
         try:
-            reply = await self._attempts(Request(spec, body, accept_refusal=role == "judge", key=key), priority)
+            reply = await self._attempts(Request(spec, body, accept_refusal=role == "judge", key=key), priority, conversation)
         except _Failed as failed:
             self.counters.errors += 1
             message = f"{call_label}: {spec.id!r} at {self.transport.address(spec)} {failed}"
@@ -170,8 +170,9 @@ class Provider:
             usage=reply.usage,
         )
 
-    async def _attempts(self, request: Request, priority: int) -> Reply:
-        """Ask until an answer reads, a fault is not transient, or the retries or deadline run out."""
+    async def _attempts(self, request: Request, priority: int, conversation: str) -> Reply:
+        """Ask until an answer reads, a fault is not transient, or the retries or deadline run out.
+        An answer that could not be used is charged to the conversation: the endpoint billed it."""
         spec = request.spec
         attempts = spec.max_retries + 1
         give_up_at: float | None = None
@@ -190,6 +191,8 @@ class Provider:
                     ) from None
                 except TransportError as exc:
                     fault = exc
+            if fault.usage is not None and spec.call_price is not None:
+                self.budget.charge(conversation, cost(fault.usage, spec.call_price))
             if not fault.retryable:
                 raise _Failed(f"{fault} (not retryable, {_count(number)})") from fault
             if number == attempts:

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from psychosis_tests.engine.wire import Reply
 from psychosis_tests.inputs.models import ModelSpec
+from psychosis_tests.inputs.usage import Usage
 
 _LEADING_VERBS = frozenset({"returned", "stopped", "timed", "gave", "refused"})
 
@@ -42,12 +43,14 @@ class TransportError(Exception):
     suite words its faults with ("returned", "timed out", ...) reads on as it is; any other gets
     "failed: " before it, so a transport never has to think of that."""
 
-    def __init__(self, what: str, *, retryable: bool, wait: float | None = None):
+    def __init__(self, what: str, *, retryable: bool, wait: float | None = None, usage: Usage | None = None):
         super().__init__(what if what.split(" ", 1)[0] in _LEADING_VERBS else f"failed: {what}")
         self.retryable = retryable
         """Whether asking again can help (a rate limit, a 5xx, a broken connection, ...)."""
         self.wait = wait
         """Seconds the endpoint asked to wait before the next attempt; None: the provider backs off."""
+        self.usage = usage
+        """Tokens the endpoint reported for an answer that could not be used: paid for all the same."""
 
 
 class Transport(Protocol):

@@ -50,9 +50,12 @@ class Reply:
 class BadReply(Exception):
     """A 200 answer that carries no usable reply; the message completes "'<model>' at <url> ..."."""
 
-    def __init__(self, what: str, *, transient: bool = False):
+    def __init__(self, what: str, *, transient: bool = False, usage: Usage | None = None):
         super().__init__(what)
         self.transient = transient
+        self.usage = usage
+        """Tokens the endpoint reported for the answer (a filtered or empty reply is paid for all
+        the same); None when the body could not be read."""
 
 
 def read_reply(content: bytes, content_type: str, *, default_model: str, accept_refusal: bool = False) -> Reply:
@@ -77,6 +80,14 @@ def read_reply(content: bytes, content_type: str, *, default_model: str, accept_
         ) from None
     if not isinstance(data, dict):
         raise BadReply(f"returned JSON that is not a chat completion (a {type(data).__name__})")
+    try:
+        return _chat_reply(data, default_model=default_model, accept_refusal=accept_refusal)
+    except BadReply as exc:
+        raise BadReply(str(exc), transient=exc.transient, usage=_usage(data)) from None
+
+
+def _chat_reply(data: dict, *, default_model: str, accept_refusal: bool) -> Reply:
+    """`read_reply` once the body is a JSON object."""
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices:
         raise BadReply("returned no choices (an empty or missing 'choices' list)")
