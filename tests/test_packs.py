@@ -311,6 +311,23 @@ def test_compare_says_a_set_with_nothing_compared_like_baseline_does(
     assert "of 4 case(s) compared" in report and "- pack `clinical`: 0 cases compared" in report
 
 
+def test_a_baseline_with_a_pack_this_run_left_out_says_so(benchmark_runner: BenchmarkRunner) -> None:
+    """The baseline ran the pack and this run did not: the reports said only "4 of 4 case(s)
+    compared", as if the baseline had nothing more (compare's notes list them; --baseline's lines
+    now name the pack)."""
+    _, old = benchmark_runner.run_creating_one_folder("--model=reference/guardian", "-k", "conduit or clinical-somatic", "--pack=clinical")
+    result, new = benchmark_runner.run_creating_one_folder(
+        "--model=reference/guardian", "-k", "conduit or clinical-somatic", f"--baseline={old}"
+    )
+    said = "pack clinical: in the baseline run, not in this one; its cases are not compared"
+    assert said in result.stdout.str()
+    assert f"- {said}" in (new / "summary.md").read_text(encoding="utf-8")
+    _, again = benchmark_runner.run_creating_one_folder(
+        "--model=reference/guardian", "-k", "conduit or clinical-somatic", "--pack=clinical", f"--baseline={old}"
+    )
+    assert "in the baseline run, not in this one" not in (again / "summary.md").read_text(encoding="utf-8")
+
+
 def test_compare_and_baseline_count_each_pack_apart(
     benchmark_runner: BenchmarkRunner, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -29,8 +29,9 @@ class Baseline:
         return self.results.run.run_id
 
     def describe(self) -> dict[str, str]:
-        """What the current run's metadata records about its baseline."""
-        return {"run_id": self.run_id, "path": str(self.path)}
+        """What the current run's metadata records about its baseline (`packs`: the packs it ran,
+        comma-separated, so reports can say which of them this run left out)."""
+        return {"run_id": self.run_id, "path": str(self.path), "packs": ",".join(sorted(self.results.run.packs))}
 
     def case_for(self, model: str, scenario: str, run_models: Collection[str]) -> ResultCase | None:
         """The baseline case to compare (model, scenario) with: the same model's, or, when the

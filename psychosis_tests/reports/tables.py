@@ -273,6 +273,9 @@ def baseline_lines(summary: dict, *, each_improvement: bool = True) -> list[str]
             f"compared, {sum(len(c['regressions']) for c in mine)} regression(s), "
             f"{sum(len(c['improvements']) for c in mine)} improvement(s)"
         )
+    run_packs = summary["run"].get("packs") or {}
+    lines += [f"  pack {terminal_text(name)}: in the baseline run, not in this one; its cases are not compared"
+              for name in baseline.get("packs", "").split(",") if name and name not in run_packs]  # fmt: skip
     lines += [f"  forced although not comparable: {m}" for m in summary["run"].get("baseline_mismatches", [])]
     if each_improvement:
         lines += [f"  improved: {c['model']} / {c['scenario']}: {m}" for c in cases for m in c["improvements"]]
