@@ -21,6 +21,7 @@ from psychosis_tests.engine.plan import Plan
 from psychosis_tests.engine.progress import format_line
 from psychosis_tests.engine.providers import Provider
 from psychosis_tests.engine.routing import RoutedTransport
+from psychosis_tests.engine.transport import Request
 from psychosis_tests.engine.runner import Runner
 from psychosis_tests.inputs.models import ModelSpec, load_models_file
 from psychosis_tests.inputs.settings import resolve
@@ -286,3 +287,39 @@ def test_a_batch_answer_kept_for_a_later_run_has_an_echoed_key_masked_on_disk(tm
     assert kept is not None and kept.answer is not None and "your key is" in kept.answer
     assert secret not in kept.answer
     assert secret not in (tmp_path / "cache.sqlite3.batches.sqlite3").read_bytes().decode("utf-8", "replace")
+
+
+def test_a_line_that_came_as_its_call_was_given_up_is_kept_for_the_next_run(tmp_path: Path) -> None:
+    """A run stopped (SIGTERM, a case erroring) just as a batch finished: the line was handed to a
+    call cancelled before it read it, so neither the batch store nor the response cache kept it, and
+    the next run paid for it again (a SIGTERM while 5-line batches finished: 17 of 72 lines twice)."""
+    store = BatchStore(tmp_path / "cache.sqlite3.batches.sqlite3")
+    submission = store.begin("judge", ["k1"])
+    store.created(submission, "batch-1")
+    http = types.SimpleNamespace(client=lambda spec: None)  # the poll sleeps first; it is cancelled before it asks
+    spec = batched()
+    request = Request(spec, {"model": "guardian", "messages": []}, accept_refusal=True, key="k1")
+    body = {"choices": [{"message": {"role": "assistant", "content": "kept"}, "finish_reason": "stop"}]}
+    line = {"custom_id": "k1", "response": {"status_code": 200, "body": body}}
+
+    async def given_up() -> None:
+        transport = BatchTransport(http=http, store=store)  # type: ignore[arg-type]
+        call = asyncio.ensure_future(transport.send(request))
+        await asyncio.sleep(0)  # it waits for its batch's line
+        transport._answer(("batch-1", submission), types.SimpleNamespace(status="completed", errors=None), [line], [])
+        call.cancel()  # in the same turn of the loop: the call never reads its answer
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        for task in list(transport._tasks):
+            task.cancel()
+
+    asyncio.run(given_up())
+    kept = store.submitted("k1")
+    assert kept is not None and kept.answer is not None
+
+    async def next_run() -> str:
+        return (await BatchTransport(http=http, store=store).send(request)).text  # type: ignore[arg-type]
+
+    assert asyncio.run(next_run()) == "kept"
+    assert store.submitted("k1") is None  # read: the response cache keeps it from here
+    store.close()

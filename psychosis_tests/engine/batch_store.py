@@ -6,9 +6,10 @@ cache key) in it. A submission is recorded before its batch is created and the b
 so a run killed between the two leaves a submission without a batch id: the next run asks the
 provider for the batch carrying that submission id in its metadata (`batch_transport`).
 
-When a batch finished with nobody of this run waiting for a line, the line's answer is kept here
-for the run that asks. A run that meets a request already submitted polls its batch (or takes its
-kept answer) instead of submitting it again. A line handed to its caller is forgotten (the
+When a batch finished, each line's answer is kept here until a caller reads it, so a line nobody
+of this run waited for, or whose caller was given up first (a run stopped as the batch finished),
+is there for the run that asks. A run that meets a request already submitted polls its batch (or
+takes its kept answer) instead of submitting it again. A line read by its caller is forgotten (the
 response cache holds it from then on), and so is a line that failed, so asking again submits it
 anew. A submission whose batch the provider no longer knows (`gone`) is forgotten but for its
 answered lines, so its other requests are submitted anew.

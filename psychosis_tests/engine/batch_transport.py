@@ -131,7 +131,9 @@ class BatchTransport:
             self._wait_on(batch_id, submitted.submission, [waiting], resumed=True)
         else:
             self._enqueue(waiting)
-        return await waiting.answer
+        reply = await waiting.answer  # a call given up first leaves its line kept for the run that asks
+        self.store.forget([request.key])  # read: the response cache keeps it from here
+        return reply
 
     async def _found(self, spec: ModelSpec, submitted: Submitted) -> str | None:
         """The batch of a submission recorded without one: this run's create in flight, else the
@@ -340,10 +342,11 @@ class BatchTransport:
                 live = [entry for entry in waiting.pop(key, []) if not entry.answer.done()]
                 for entry in live:
                     _settle(entry, lambda e=entry: _read(e.request, batch_id, response.get("body")))
-                if live:
-                    self.store.forget([key])  # the provider keeps it in the response cache now
+                if any(entry.answer.exception() is not None for entry in live):
+                    self.store.forget([key])  # not a reply: asking again submits it anew
                 else:
-                    # paid: kept for whoever asks, with a key the provider echoed masked as a read reply masks it
+                    # paid: kept until a call reads it (`send`: one given up first leaves it for whoever
+                    # asks), with a key the provider echoed masked as a read reply masks it
                     self.store.answered(key, mask_secrets(json.dumps(response.get("body"))))
             else:
                 self.store.forget([key])
