@@ -4,6 +4,7 @@ and each batch fault as the provider reports it."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import types
 from collections.abc import Iterator
@@ -323,3 +324,26 @@ def test_a_line_that_came_as_its_call_was_given_up_is_kept_for_the_next_run(tmp_
     assert asyncio.run(next_run()) == "kept"
     assert store.submitted("k1") is None  # read: the response cache keeps it from here
     store.close()
+
+
+def test_a_batch_whose_lines_cannot_be_read_counts_once_in_the_progress_line(
+    double: BatchServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An output line whose response is not an object broke the reading after the batch was
+    counted done, and the poll counted it again: the progress line said "batches -1 pending 2 done"."""
+    finish = double.state._finish
+
+    def response_not_an_object(batch: object, status: str, *, answered: bool) -> None:
+        finish(batch, status, answered=answered)
+        file_id = batch.output_file_id  # type: ignore[attr-defined]
+        lines = [json.loads(text) for text in double.state.files[file_id].decode().splitlines()]
+        lines[-1]["response"] = "not an object"
+        double.state.files[file_id] = "".join(json.dumps(line) + "\n" for line in lines).encode()
+
+    monkeypatch.setattr(double.state, "_finish", response_not_an_object)
+    spec = batched(base_url=double.url)
+    provider = provider_for(spec, double.url, tmp_path)
+    ok, failed = run(provider, spec, ["hi there", "hello"])
+    assert ok.text and isinstance(failed, ModelCallError) and "could not be read" in str(failed)
+    counters = provider.transport.batch_counters
+    assert (counters.submitted, counters.done, counters.pending) == (1, 1, 0)

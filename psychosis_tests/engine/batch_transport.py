@@ -332,7 +332,6 @@ class BatchTransport:
     def _answer(self, slot: tuple[str, str], batch: Any, outputs: list[dict], errors: list[dict], unread: int = 0) -> None:
         """Answer or fail every waiting request from the finished batch's lines (`unread`: lines of
         its files that were not JSON objects)."""
-        self.counters.done += 1
         batch_id = slot[0]
         waiting = self._waiting[slot]
         for line in outputs + errors:
@@ -359,6 +358,7 @@ class BatchTransport:
             missing = f"batch {batch_id} ended {batch.status} without this line{reason}"
             _fail(entries, TransportError(missing, retryable=batch.status == "expired"))
         waiting.clear()
+        self.counters.done += 1  # last: a line that breaks the reading counts it in `_poll` instead
 
     async def aclose(self) -> None:
         for timer in self._timers.values():
