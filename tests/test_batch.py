@@ -4,6 +4,7 @@ and each batch fault as the provider reports it."""
 from __future__ import annotations
 
 import asyncio
+import re
 import json
 import time
 import types
@@ -140,6 +141,17 @@ def test_an_output_line_that_is_not_json_errors_its_call_at_once_naming_the_batc
     assert ok.text and isinstance(failed, ModelCallError)
     assert "in batch batch_" not in str(failed) and "batch batch_" in str(failed)
     assert "ended completed without this line; 1 line(s) of its output and error files were not JSON objects" in str(failed)
+
+
+def test_a_call_whose_batch_outlasts_its_deadline_names_the_batch_and_its_status(tmp_path: Path) -> None:
+    """The deadline error said only that no answer came in time: with a day's deadline, nothing
+    told the user which batch to look at or what it was doing."""
+    with BatchServer(delay=60.0) as double:
+        spec = batched(base_url=double.url, deadline=1)
+        (failed,) = run(provider_for(spec, double.url, tmp_path), spec, ["hello"])
+    assert isinstance(failed, ModelCallError)
+    assert re.search(r"gave no answer within the call's 1 s deadline \(batch batch_\w+, status in_progress at the "
+                     r"latest poll; it stays kept, and the next run polls it again\) \(1 attempt\)", str(failed)), str(failed)  # fmt: skip
 
 
 def test_an_expired_batch_is_retried_then_errors_its_call(tmp_path: Path) -> None:

@@ -107,6 +107,8 @@ class BatchTransport:
         """(batch id, submission id) -> custom id -> the requests waiting for that line."""
         self._batch_of: dict[str, asyncio.Future[str | None]] = {}
         """submission id -> its batch id (None: never created), as this run's create or lookup finds it."""
+        self._latest: dict[str, str] = {}
+        """batch id -> what its latest poll said (its status, or why the poll failed)."""
         self._warned: set[tuple[str, str]] = set()
         self.warnings: list[str] = []
         """What the run's reports must say about this provider's batches (each said once)."""
@@ -134,6 +136,17 @@ class BatchTransport:
         reply = await waiting.answer  # a call given up first leaves its line kept for the run that asks
         self.store.forget([request.key])  # read: the response cache keeps it from here
         return reply
+
+    def waiting_on(self, request: Request) -> str:
+        """Where a call that gave up waiting stood, for its deadline error: its batch and what the
+        latest poll said ("" when it was not waiting on a batch)."""
+        for (batch_id, _), lines in self._waiting.items():
+            if request.key in lines:
+                latest = self._latest.get(batch_id, "not polled yet")
+                return f"batch {batch_id}, {latest}; it stays kept, and the next run polls it again"
+        if any(w.request.key == request.key for queue in self._queues.values() for w in queue):
+            return "still queued for a batch, not yet submitted"
+        return ""
 
     async def _found(self, spec: ModelSpec, submitted: Submitted) -> str | None:
         """The batch of a submission recorded without one: this run's create in flight, else the
@@ -263,6 +276,7 @@ class BatchTransport:
                     return  # nobody waits any more (deadlines): the batch stays kept for the next run
                 try:
                     batch = await client.batches.retrieve(batch_id)
+                    self._latest[batch_id] = f"status {batch.status} at the latest poll"
                     if (batch.metadata or {}).get(METADATA_KEY, submission) != submission:
                         self._gone(spec, slot, "its id now names another submission's batch")
                         return
@@ -272,6 +286,7 @@ class BatchTransport:
                         break
                 except (openai.APIStatusError, openai.APIConnectionError) as exc:
                     fault = transport_error(exc, spec, self.address(spec))
+                    self._latest[batch_id] = f"the latest poll {_said(fault)}"
                     if isinstance(exc, openai.APIStatusError) and exc.status_code in GONE:
                         self._gone(spec, slot, _said(fault))
                         return

@@ -186,8 +186,10 @@ class Provider:
                     async with asyncio.timeout(max(give_up_at - now, 0.001)):
                         return await self.transport.send(request)
                 except asyncio.TimeoutError:
+                    where = getattr(self.transport, "waiting_on", lambda _: "")(request)  # a test's own transport has none
                     raise _Failed(
-                        f"gave no answer within the call's {spec.deadline:g} s deadline ({_count(number)})"
+                        f"gave no answer within the call's {spec.deadline:g} s deadline"
+                        f"{f' ({where})' if where else ''} ({_count(number)})"
                     ) from None
                 except TransportError as exc:
                     fault = exc

@@ -52,6 +52,10 @@ class RoutedTransport:
     async def send(self, request: Request) -> Reply:
         return await self._for(request.spec).send(request)
 
+    def waiting_on(self, request: Request) -> str:
+        """Where a call that gave up waiting stood: the batch a batched call waited on; "" otherwise."""
+        return self.batches.waiting_on(request) if request.spec.batch and self.batches is not None else ""
+
     async def aclose(self) -> None:
         if self.batches is not None:
             await self.batches.aclose()
