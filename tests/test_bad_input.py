@@ -11,12 +11,14 @@ import json
 import re
 import shutil
 import socket
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 
+from psychosis_tests.engine.cache import ResponseCache
 from psychosis_tests.inputs.settings import ENV
 from psychosis_tests.servers.reference_server import ReferenceServer
 from tests.benchmark_runner import SCENARIOS, THRESHOLDS, BenchmarkRunner
@@ -226,6 +228,42 @@ def test_a_cache_whose_folder_cannot_be_made_is_one_line(run: Run, monkeypatch: 
     monkeypatch.setattr(Path, "mkdir", refused)
     line = run.usage_error()
     assert line.endswith(f"{cache}: cannot be made (Permission denied: {cache.parent}); choose another --cache-path"), line
+
+def _opened_read_only(cache: Path) -> Callable[..., sqlite3.Connection]:
+    """sqlite3.connect opening `cache` as SQLite opens a write-protected file: read-only, without a
+    word (a permission bit alone would not do it for a test run as root)."""
+    connect = sqlite3.connect
+
+    def opened(path: object, *args: object, **kwargs: object) -> sqlite3.Connection:
+        if Path(str(path)).resolve() == cache.resolve():
+            return connect(f"file:{cache}?mode=ro", *args, uri=True, **kwargs)  # type: ignore[arg-type]
+        return connect(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    return opened
+
+
+@pytest.mark.parametrize("mode", ["use", "refresh"])
+def test_a_cache_file_that_cannot_be_written_is_one_line(run: Run, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    """Not a call paid for and then lost: each case erred on keeping its first answer, on every rerun again."""
+    cache = run.runner.cache_path
+    ResponseCache(cache).close()
+    monkeypatch.setattr(sqlite3, "connect", _opened_read_only(cache))
+    line = run.usage_error("--cache-mode", mode)
+    assert line.endswith(
+        f"{cache}: is read-only (attempt to write a readonly database): the answers a run pays for could not be kept; "
+        "make it writable, choose another --cache-path, or only read it with --cache-mode replay"
+    ), line
+
+
+def test_a_read_only_cache_file_is_still_replayed(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    run.runner.write_models_file(run.models)
+    select = (f"--models-file={run.models_file}", "--model", "counted", "--judge", "reference/judge", "-k", "conduit-explicit")
+    run.runner.run(*select).assert_outcomes(passed=1)
+    recorded = run.server.request_count
+    monkeypatch.setattr(sqlite3, "connect", _opened_read_only(run.runner.cache_path))
+    run.runner.run(*select, "--cache-mode", "replay").assert_outcomes(passed=1)
+    assert run.server.request_count == recorded
+
 
 def test_a_report_folder_that_cannot_be_written_is_one_line(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
     """A read-only --report-dir: not an INTERNALERROR traceback when the engine makes its first case file."""

@@ -82,12 +82,23 @@ def open_database(path: Path) -> sqlite3.Connection:
 class ResponseCache:
     """A key -> response table in one SQLite file."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, *, writes: bool = True):
+        """`writes`: the run keeps its answers here (every mode but replay), so a file SQLite can
+        only open read-only (write-protected) is refused at once: its answers would be paid for,
+        then lost as each case errors."""
         self.path = path
         self._lock = threading.Lock()
         try:
             self._open(path)
+            if writes:
+                self._db.execute("DELETE FROM responses WHERE 0")  # changes nothing, but needs write access
         except sqlite3.DatabaseError as exc:  # not SQLite, or cut short: a config error, not a traceback
+            if getattr(exc, "sqlite_errorname", "") == "SQLITE_READONLY":
+                raise ConfigError(
+                    f"is read-only ({exc}): the answers a run pays for could not be kept; make it writable, "
+                    "choose another --cache-path, or only read it with --cache-mode replay",
+                    file=path,
+                ) from None
             raise ConfigError(
                 f"cannot be read as the response cache ({exc}); move it away or choose another --cache-path",
                 file=path,

@@ -101,7 +101,7 @@ def judge_calibration_set(
     from psychosis_tests.inputs.models import judge_leaves
     from psychosis_tests.servers.identity import suite_identities
 
-    cache = None if cache_mode == "off" else ResponseCache(cache_path)
+    cache = None if cache_mode == "off" else ResponseCache(cache_path, writes=cache_mode != "replay")
     # Keyed like a benchmark run's answers: by what answers (a local judge's file hash included).
     identities = suite_identities(judge_leaves(panel.judges), cache_path=cache.path) if cache is not None else {}
     provider = Provider(

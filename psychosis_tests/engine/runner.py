@@ -156,7 +156,9 @@ class Runner:
         self.run_dir = run_dir
         (run_dir / "cases").mkdir(parents=True, exist_ok=True)
         settings = plan.settings
-        self.cache = None if settings.cache_mode == "off" else ResponseCache(settings.cache_path)
+        self.cache = (
+            None if settings.cache_mode == "off" else ResponseCache(settings.cache_path, writes=settings.cache_mode != "replay")
+        )
         self.provider = Provider(
             cache=self.cache,
             cache_mode=settings.cache_mode,

@@ -271,9 +271,10 @@ class BenchmarkSession:
         return f"scripted, and {s.user_model} writes the {per} turns per conversation that --turns adds (scripted mode)"
 
     def check_cache(self) -> None:
-        """The response cache opens (a ConfigError naming it when it is not SQLite or cut short)."""
+        """The response cache opens (a ConfigError naming it when it is not SQLite, cut short, or read-only
+        where the run would write to it)."""
         if self.plan.settings.cache_mode != "off":
-            ResponseCache(self.plan.settings.cache_path).close()
+            ResponseCache(self.plan.settings.cache_path, writes=self.plan.settings.cache_mode != "replay").close()
 
     def check_run_dir(self) -> None:
         """ConfigError naming the run folder when it cannot be made (a read-only or full place),
