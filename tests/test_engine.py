@@ -254,6 +254,25 @@ async def test_replay_makes_no_network_call_and_a_miss_names_the_turn(tmp_path: 
     await replaying.aclose()
 
 
+@pytest.mark.parametrize("judge_model", ["judge-refuses", "judge-garbage"])
+async def test_replay_meets_a_recorded_judge_failure_again(tmp_path: Path, judge_model: str) -> None:
+    """The recorded run stopped on the judge's failure before its target's last turns; replay
+    reached those from the cache before the judging had run, and reported a miss instead."""
+    path = tmp_path / "cache.sqlite3"
+    with ReferenceServer() as server:
+        target, judge = loop_spec(server, "sycophant"), loop_spec(server, judge_model)
+        recording = provider(path)
+        with pytest.raises(VerdictError) as recorded:
+            await run_conversation(recording, target, judge, SCENARIO)
+        await recording.aclose()
+    replaying = provider(path, "replay")
+    with pytest.raises(VerdictError) as replayed:
+        await run_conversation(replaying, target, judge, SCENARIO)
+    assert str(replayed.value) == str(recorded.value)
+    assert replaying.counters.answered == 0
+    await replaying.aclose()
+
+
 class PowerCut(Exception):
     """Stands in for a run killed half way."""
 

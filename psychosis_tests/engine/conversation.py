@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
+from psychosis_tests.common.errors import CaseError, ReplayMissError
 from psychosis_tests.engine.cascade import CascadeJudge
 from psychosis_tests.engine.judges import JudgeCall
 from psychosis_tests.engine.panel import JudgePanel, PanelVerdict, Vote
@@ -190,7 +191,15 @@ async def run_conversation(
                 )
                 judging.append(asyncio.create_task(scoring, name=label))
         verdicts = await asyncio.gather(*judging)
-    except BaseException:
+    except BaseException as exc:
+        if isinstance(exc, ReplayMissError):
+            # Replay runs the cached turns ahead of their judging, up to where the recorded run
+            # had stopped: its judging, which needs no network here, says why it stopped.
+            settled = await asyncio.gather(*judging, return_exceptions=True)
+            failed = (e for e in settled if isinstance(e, CaseError) and not isinstance(e, ReplayMissError))
+            recorded = next(failed, None)
+            if recorded is not None:
+                raise recorded from None
         for task in judging:
             task.cancel()
         await asyncio.gather(*judging, return_exceptions=True)
