@@ -333,6 +333,60 @@ def test_a_pickled_array_is_refused_not_run(tmp_path: Path) -> None:
         TrainedJudgeModel.load(path)
 
 
+def byte_flipped(source: Path, target: Path) -> Path:
+    """A copy of a model file with the first byte of its first member's compressed data flipped:
+    an invalid deflate block, which zlib (not zipfile) reports."""
+    raw = bytearray(source.read_bytes())
+    with zipfile.ZipFile(source) as zipped:
+        first = zipped.infolist()[0]
+    raw[first.header_offset + 30 + len(first.filename.encode()) + len(first.extra)] ^= 0xFF
+    target.write_bytes(bytes(raw))
+    return target
+
+
+def one_npy(source: Path, target: Path) -> Path:
+    np.save(target.with_suffix(".npy"), np.zeros(3))
+    return target.with_suffix(".npy").rename(target)
+
+
+def text_member(source: Path, target: Path) -> Path:
+    with zipfile.ZipFile(target, "w") as zipped:
+        zipped.writestr("meta.npy", b"not an array")
+    return target
+
+
+@pytest.mark.parametrize(
+    ("damage", "expected"),
+    [(byte_flipped, "not a trained judge model file (error: Error -3 while decompressing data"),
+     (one_npy, "not a trained judge model file (ValueError: one array, not a zip of arrays)"),
+     (text_member, "not a trained judge model file (its 'meta' is not an array)")],
+    ids=["byte-flipped", "one-npy", "text-member"],
+)  # fmt: skip
+def test_damaged_bytes_stop_the_load_with_one_line_naming_the_file(tmp_path: Path, model_file: Path, damage,
+                                                                    expected: str) -> None:  # fmt: skip
+    """Whatever zlib or numpy raise on a damaged file is a TrainedJudgeError, never a traceback."""
+    damaged = damage(model_file, tmp_path / "damaged.npz")
+    with pytest.raises(TrainedJudgeError) as raised:
+        TrainedJudgeModel.load(damaged)
+    message = str(raised.value)
+    assert "\n" not in message and message.startswith(f"{damaged}: ") and expected in message, message
+
+
+def test_calibrate_with_a_byte_flipped_model_file_stops_with_one_line_exit_2(tmp_path: Path, model_file: Path) -> None:
+    damaged = byte_flipped(model_file, tmp_path / "damaged.npz")
+    models = tmp_path / "models.yaml"
+    models.write_text(f"models:\n  - {{id: mine, model: m, kind: trained, model_file: {damaged}}}\n")
+    items = write_lines(tmp_path / "items.jsonl", [item(1, GROUNDING[0], 0, 0, 1)])
+    done = subprocess.run(
+        [sys.executable, "-m", "psychosis_tests", "calibrate", "--judge", "mine", f"--models-file={models}",
+         "--items", str(items), "--cache-mode", "off", f"--report-dir={tmp_path / 'r'}"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, env=subprocess_environment(),
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and f"{damaged}: not a trained judge model file (error: " in lines[0], done.stderr
+
+
 def with_meta(source: Path, target: Path, edit) -> Path:
     """A copy of a model file whose metadata JSON alone is edited (`edit` changes the parsed
     metadata in place or returns a replacement); every array is left as written."""

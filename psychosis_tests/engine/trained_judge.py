@@ -142,10 +142,16 @@ class TrainedJudgeModel:
         except OSError as exc:
             raise TrainedJudgeError(f"cannot read it ({type(exc).__name__})", file=path) from None
         try:
-            with np.load(io.BytesIO(raw), allow_pickle=False) as archive:
+            loaded = np.load(io.BytesIO(raw), allow_pickle=False)
+            if not isinstance(loaded, np.lib.npyio.NpzFile):
+                raise ValueError("one array, not a zip of arrays")
+            with loaded as archive:
                 arrays = {name: archive[name] for name in archive.files}
-        except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
+        except Exception as exc:  # damaged bytes raise many types: zlib.error, NotImplementedError, TokenError...
             raise TrainedJudgeError(f"not a trained judge model file ({type(exc).__name__}: {exc})", file=path) from None
+        for name, array in arrays.items():
+            if not isinstance(array, np.ndarray):  # numpy hands back a member that is not .npy as its bytes
+                raise TrainedJudgeError(f"not a trained judge model file (its {_shown(name)} is not an array)", file=path)
         meta = _meta(arrays, path)
         _check_arrays(arrays, meta, path)
         vectoriser = Vectoriser([str(v) for v in arrays["vocabulary"]], arrays["idf"], meta["block_weights"])
