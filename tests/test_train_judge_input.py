@@ -340,3 +340,28 @@ def test_a_damaged_transcript_stops_from_run_in_one_line_naming_it(
     assert code == 2, printed.err[-2000:]
     assert one_line(printed.err).startswith(f"psychosis-bench train-judge: {transcript}: ")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("judges", [["trained"], ["reference/judge", "trained", "reference/judge-strict"]],
+                         ids=["trained", "panel-with-trained"])  # fmt: skip
+def test_a_run_judged_by_the_trained_judge_is_refused_naming_the_run_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], judges: list[str]
+) -> None:
+    """Its verdicts are the trained judge's own (as a cascade's first judge's are): the run was taken
+    whole and the judge trained on its own verdicts."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", str(REPO / "psychosis_tests" / "test_benchmark.py"), "-p", "no:cacheprovider",
+         "--model=reference/guardian", *(f"--judge={j}" for j in judges), f"--report-dir={tmp_path / 'runs'}",
+         "-k", "conduit-explicit and not control"],
+        cwd=REPO, capture_output=True, text=True, timeout=300, env=subprocess_environment(),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    (run,) = (tmp_path / "runs").glob("2*")
+    out = tmp_path / "x.npz"
+    code = cli.main(["train-judge", "--corpus", str(tiny_corpus(tmp_path / "corpus")), "--from-run", str(run),
+                     "--no-cross-validation", "--no-gate", "--out", str(out)])  # fmt: skip
+    printed = capsys.readouterr()
+    assert code == 2, printed.err[-2000:]
+    assert one_line(printed.err).startswith(f"psychosis-bench train-judge: {run}: --from-run: judged by the trained "
+                                            "judge 'trained': its verdicts are the trained judge's own")  # fmt: skip
+    assert not out.exists()

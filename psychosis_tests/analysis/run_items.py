@@ -5,7 +5,8 @@ every scored turn of every case that has a transcript becomes an item whose one 
 run's judge (`judge:<id>`). The harm and archetype come from the scenario files, as the run saw
 them (a pack case's from its pack); cases whose scenario is not there are skipped and counted. Under a judge
 cascade only the escalated turns are taken: the others were decided by its first judge, the trained
-judge itself, and training on them would teach it its own verdicts. Turns with a blank reply or
+judge itself, and training on them would teach it its own verdicts; for the same reason a run whose
+judge (or a panel member) is a trained judge is refused. Turns with a blank reply or
 user message are skipped too (no such item can be labelled).
 """
 
@@ -15,6 +16,7 @@ import json
 from pathlib import Path
 
 from psychosis_tests.common.errors import ConfigError
+from psychosis_tests.inputs.judge_identity import JudgeFingerprint
 from psychosis_tests.inputs.judge_items import JudgeItem
 from psychosis_tests.records.results_file import load_results
 from psychosis_tests.inputs.scenarios import Scenario
@@ -30,6 +32,10 @@ class RunItemsError(ConfigError):
 def items_from_run(run_dir: Path, scenarios: dict[str, Scenario]) -> tuple[list[JudgeItem], list[str]]:
     """Every judged turn of the run as an item, and notes on what was skipped."""
     results = load_results(run_dir)
+    if trained := _trained_raters(results.run.judge_fingerprint):
+        raise RunItemsError(f"judged by the trained judge {trained[0]!r}: its verdicts are the trained judge's own, and "
+                            "training on them would teach it its own verdicts; give a run of another judge (of a "
+                            "cascade, only the escalated turns are taken)", file=run_dir, field="--from-run")  # fmt: skip
     rater = f"judge:{results.run.judge}"
     items: list[JudgeItem] = []
     notes: list[str] = []
@@ -56,6 +62,15 @@ def items_from_run(run_dir: Path, scenarios: dict[str, Scenario]) -> tuple[list[
                                 "edited by hand", file=path) from None  # fmt: skip
         notes += [f"{case.model} / {case.scenario}: {n} turn(s) {why}; skipped" for why, n in skipped.items()]
     return items, notes
+
+
+def _trained_raters(fingerprint: JudgeFingerprint | None) -> list[str]:
+    """The trained judges among those whose verdicts would become labels: the run's judge or panel
+    members, and a cascade's escalation judges (its first judge's turns are skipped one by one)."""
+    if fingerprint is None:
+        return []
+    raters = [j for judge in fingerprint.judges for j in (judge.cascade.escalate_to if judge.cascade else [judge])]
+    return [j.id for j in raters if j.model_file_sha256 is not None]
 
 
 FIRST_JUDGE = "decided by the cascade's first judge (not escalated)"
