@@ -365,3 +365,30 @@ def test_a_run_judged_by_the_trained_judge_is_refused_naming_the_run_folder(
     assert one_line(printed.err).startswith(f"psychosis-bench train-judge: {run}: --from-run: judged by the trained "
                                             "judge 'trained': its verdicts are the trained judge's own")  # fmt: skip
     assert not out.exists()
+
+
+def test_a_merged_run_given_with_one_of_its_shards_is_refused_naming_both(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The shard's turns are the merged run's too, under another run id: each was taken twice."""
+    shards = []
+    for k in (1, 2):
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", str(REPO / "psychosis_tests" / "test_benchmark.py"), "-p", "no:cacheprovider",
+             "--model=reference/guardian", "--judge=reference/judge", f"--shard={k}/2", f"--report-dir={tmp_path / str(k)}",
+             "-k", "conduit-explicit"],
+            cwd=REPO, capture_output=True, text=True, timeout=300, env=subprocess_environment(),
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        shards += list((tmp_path / str(k)).glob("2*"))
+    merged = tmp_path / "merged"
+    assert cli.main(["merge", "--out", str(merged), *map(str, shards)]) == 0
+    capsys.readouterr()
+    out = tmp_path / "x.npz"
+    code = cli.main(["train-judge", "--corpus", str(tiny_corpus(tmp_path / "corpus")), "--from-run", str(merged),
+                     "--from-run", str(shards[1]), "--no-cross-validation", "--no-gate", "--out", str(out)])  # fmt: skip
+    printed = capsys.readouterr()
+    assert code == 2, printed.err[-2000:]
+    assert one_line(printed.err) == (f"psychosis-bench train-judge: --from-run: run folder {merged} is merged from run "
+                                     f"folder {shards[1]}, also given: each of its judged turns would be an item twice")
+    assert not out.exists()

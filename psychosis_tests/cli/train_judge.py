@@ -114,6 +114,7 @@ def gather_items(args: argparse.Namespace, root: Path, progress, *, scenarios: P
             also = f" (also as {same})" if str(same) != str(run) else ""
             raise JudgeItemError(f"run folder {run} is given twice{also}: each of its judged turns would be an item twice",
                                  field="--from-run")  # fmt: skip
+    refuse_merged_with_shards(args.from_run)
     loaded = load_items_with_files([corpus, *args.items])
     items, origins = [item for _, item in loaded], [file for file, _ in loaded]
     if args.from_run:
@@ -134,6 +135,21 @@ def gather_items(args: argparse.Namespace, root: Path, progress, *, scenarios: P
             raise JudgeItemError(f"item id {item.id!r} is given twice: by {first[item.id]} and by {where}", field="--from-run")
         first[item.id] = where
     return items, origins
+
+
+def refuse_merged_with_shards(runs: list[Path]) -> None:
+    """Stop when a merged run is given with a run it was merged from: the shard's judged turns are
+    the merged run's too, under another run id, so each would be an item twice."""
+    from psychosis_tests.inputs.judge_items import JudgeItemError
+    from psychosis_tests.records.results_file import load_results
+
+    given = {run: load_results(run).run for run in runs}
+    by_id = {meta.run_id: run for run, meta in given.items() if meta.run_id}
+    for run, meta in given.items():
+        for shard in meta.merged_from:
+            if shard in by_id:
+                raise JudgeItemError(f"run folder {run} is merged from run folder {by_id[shard]}, also given: each of "
+                                     "its judged turns would be an item twice", field="--from-run")  # fmt: skip
 
 
 def refuse_calibration_copies(items: list, calibration: Path, root: Path, *, origins: list[Path] | None = None) -> None:
