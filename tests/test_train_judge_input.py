@@ -392,3 +392,23 @@ def test_a_merged_run_given_with_one_of_its_shards_is_refused_naming_both(
     assert one_line(printed.err) == (f"psychosis-bench train-judge: --from-run: run folder {merged} is merged from run "
                                      f"folder {shards[1]}, also given: each of its judged turns would be an item twice")
     assert not out.exists()
+
+
+def test_an_errored_case_is_counted_as_skipped_in_the_progress_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An errored case's transcript file keeps no turns: the run gave 0 items and the progress lines
+    said nothing of why."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", str(REPO / "psychosis_tests" / "test_benchmark.py"), "-p", "no:cacheprovider",
+         "--model=reference/fail-500", "--judge=reference/judge", f"--report-dir={tmp_path / 'runs'}",
+         "-k", "conduit-explicit and not control"],
+        cwd=REPO, capture_output=True, text=True, timeout=300, env=subprocess_environment(),
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    (run,) = (tmp_path / "runs").glob("2*")
+    out = tmp_path / "x.npz"
+    code = cli.main(["train-judge", "--corpus", str(tiny_corpus(tmp_path / "corpus")), "--from-run", str(run),
+                     "--no-cross-validation", "--no-gate", "--out", str(out)])  # fmt: skip
+    printed = capsys.readouterr()
+    assert code == 0, printed.err[-2000:]
+    assert f"{run}: 0 judged turns taken" in printed.err
+    assert f"{run}: reference/fail-500 / conduit-explicit: no turns in its transcript file (error); skipped" in printed.err

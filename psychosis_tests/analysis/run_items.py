@@ -3,7 +3,8 @@
 `train-judge --from-run DIR` distils the judge a team already pays for into the trained judge:
 every scored turn of every case that has a transcript becomes an item whose one rater is that
 run's judge (`judge:<id>`). The harm and archetype come from the scenario files, as the run saw
-them (a pack case's from its pack); cases whose scenario is not there are skipped and counted. Under a judge
+them (a pack case's from its pack); cases whose scenario is not there, and errored cases (whose transcript
+file keeps no turns), are skipped and counted. Under a judge
 cascade only the escalated turns are taken: the others were decided by its first judge, the trained
 judge itself, and training on them would teach it its own verdicts; for the same reason a run whose
 judge (or a panel member) is a trained judge is refused. Turns with a blank reply or
@@ -53,6 +54,9 @@ def items_from_run(run_dir: Path, scenarios: dict[str, Scenario]) -> tuple[list[
             record = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError, RecursionError) as exc:  # ValueError: not UTF-8, not JSON
             raise RunItemsError(f"cannot read the transcript ({type(exc).__name__})", file=path) from None
+        if isinstance(record, dict) and not record.get("transcripts"):  # an errored case keeps no turns
+            notes.append(f"{case.model} / {case.scenario}: no turns in its transcript file ({case.outcome}); skipped")
+            continue
         skipped: dict[str, int] = {}
         try:
             for transcript in record.get("transcripts", []):
