@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from psychosis_tests.engine.cache import ResponseCache
+from psychosis_tests.common.errors import CacheError
+from psychosis_tests.engine.cache import CachedResponse, ResponseCache
 from psychosis_tests.inputs.settings import ENV
 from psychosis_tests.servers.reference_server import ReferenceServer
 from tests.benchmark_runner import SCENARIOS, THRESHOLDS, BenchmarkRunner
@@ -263,6 +264,31 @@ def test_a_read_only_cache_file_is_still_replayed(run: Run, monkeypatch: pytest.
     monkeypatch.setattr(sqlite3, "connect", _opened_read_only(run.runner.cache_path))
     run.runner.run(*select, "--cache-mode", "replay").assert_outcomes(passed=1)
     assert run.server.request_count == recorded
+
+
+def test_a_cache_file_damaged_past_its_header_errors_the_call_naming_the_file(tmp_path: Path) -> None:
+    """Overwritten pages past the header pass the open check; a read that meets one raised
+    SQLite's "database disk image is malformed", which named no file."""
+    path = tmp_path / "cache.sqlite3"
+    cache = ResponseCache(path)
+    for i in range(3000):
+        cache.put(f"k{i}", CachedResponse("x" * 200, "m"))
+    cache.close()
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    with path.open("r+b") as file:
+        file.seek(path.stat().st_size // 2)
+        file.write(bytes(range(256)) * 32)
+    cache = ResponseCache(path)
+    errors = []
+    for i in range(3000):
+        try:
+            cache.get(f"k{i}")
+        except CacheError as exc:
+            errors.append(str(exc))
+    cache.close()
+    assert errors and errors[0].startswith(f"the response cache {path} could not be read (database disk image is malformed); "
+                                           "move it away or choose another --cache-path")  # fmt: skip
 
 
 def test_a_report_folder_that_cannot_be_written_is_one_line(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:

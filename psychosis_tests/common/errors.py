@@ -200,6 +200,11 @@ class UnscoredPhaseError(CaseError):
     so the case cannot pass."""
 
 
+class CacheError(CaseError):
+    """The response cache failed to read or keep an answer (a file damaged mid-way, a lock held
+    past the busy timeout): the case errors naming the file."""
+
+
 class UserSimulationError(CaseError):
     """The user model's message was empty, out of character, a refusal or a leak, every time."""
 

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from psychosis_tests.common.errors import ConfigError
+from psychosis_tests.common.errors import CacheError, ConfigError
 from psychosis_tests.inputs.usage import Usage
 
 
@@ -125,17 +125,29 @@ class ResponseCache:
                 if "duplicate column" not in str(exc):  # another process added it just now
                     raise
 
+    def _failed(self, exc: sqlite3.DatabaseError, doing: str) -> CacheError:
+        return CacheError(f"the response cache {self.path} could not {doing} ({exc}); move it away or choose another --cache-path")
+
     def get(self, key: str) -> CachedResponse | None:
-        with self._lock:
-            row = self._db.execute(
-                "SELECT text, model_version, refusal, finish_reason, usage FROM responses WHERE key = ?", (key,)
-            ).fetchone()
+        try:
+            with self._lock:
+                row = self._db.execute(
+                    "SELECT text, model_version, refusal, finish_reason, usage FROM responses WHERE key = ?", (key,)
+                ).fetchone()
+        except sqlite3.DatabaseError as exc:  # the open found the file whole, but a page further on is not
+            raise self._failed(exc, "be read") from None
         if not row:
             return None
         text, version, refusal, finish_reason, usage = row
         return CachedResponse(text, version, refusal, finish_reason, Usage.model_validate_json(usage) if usage else None)
 
     def put(self, key: str, response: CachedResponse) -> None:
+        try:
+            self._put(key, response)
+        except sqlite3.DatabaseError as exc:
+            raise self._failed(exc, "keep an answer") from None
+
+    def _put(self, key: str, response: CachedResponse) -> None:
         with self._lock:
             self._db.execute(
                 "INSERT OR REPLACE INTO responses (key, text, model_version, created, refusal, finish_reason, usage)"
