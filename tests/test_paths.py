@@ -528,3 +528,47 @@ def test_require_calibrated_judge_from_the_environment_or_the_ini_file_refuses_a
         assert any("--require-calibrated-judge" in line for line in result.errlines), result.errlines
     else:
         assert result.ret == pytest.ExitCode.OK, result.outlines + result.errlines
+
+
+COMMAND_PATHS = [
+    ["compare", "~/old", "~/new", "--thresholds=~/t.yaml"],
+    ["merge", "~/run", "--out=~/merged", "--baseline=~/b", "--alluredir=~/a", "--allure-from=~/f"],
+    ["calibrate", "--items=~/i.jsonl", "--alluredir=~/a"],
+    ["calibrate", "--calibration=~/c"],
+    ["review-export", "~/run", "--out=~/r.csv"],
+    ["review-import", "~/r.csv", "--items-out=~/i.jsonl", "--scenarios=~/s"],
+    ["review-import", "~/r.csv", "--out-dir=~/c"],
+    ["train-judge", "--corpus=~/c", "--items=~/i", "--from-run=~/run", "--out=~/j.npz", "--calibration=~/c", "--scenarios=~/s"],
+]
+
+
+@pytest.mark.parametrize("argv", COMMAND_PATHS, ids=[" ".join(a[:3]) for a in COMMAND_PATHS])
+def test_a_command_path_given_as_opt_equals_tilde_is_in_the_home_folder(
+    argv: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The shell expands `--out ~/x` but not `--out=~/x`; the commands took the second for a folder
+    named `~` in the working directory, where the benchmark's options expand it."""
+    from psychosis_tests.__main__ import build_parser
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    parsed = vars(build_parser().parse_args(argv))
+    paths = [p for value in parsed.values() for p in (value if isinstance(value, list) else [value]) if isinstance(p, Path)]
+    assert len(paths) == len(argv) - 1
+    assert all(p.parent == tmp_path for p in paths), paths
+
+
+def test_merge_inputs_given_as_opt_equals_tilde_are_in_the_home_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import psychosis_tests.cli.merge as merge_command
+    from psychosis_tests.__main__ import main
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    given = []
+
+    def merge_runs(runs: list[Path], out: Path, inputs: object) -> None:
+        given.append(inputs)
+        raise ConfigError("stop")
+
+    monkeypatch.setattr(merge_command, "merge_runs", merge_runs)
+    main(["merge", "~/run", "--out=~/merged", "--models-file=~/m.yaml", "--scenarios=~/s", "--thresholds=~/t.yaml"])
+    (inputs,) = given
+    assert (inputs.models_file, inputs.scenarios, inputs.thresholds) == (tmp_path / "m.yaml", tmp_path / "s", tmp_path / "t.yaml")

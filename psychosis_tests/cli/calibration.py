@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from psychosis_tests.analysis.agreement import BOOTSTRAP_RESAMPLES
-from psychosis_tests.cli.options import add_input_files, positive_int, project_folder
+from psychosis_tests.cli.options import add_input_files, positive_int, project_folder, user_path
 from psychosis_tests.common.errors import ConfigError
 from psychosis_tests.inputs.models import DEFAULT_ESCALATION_THRESHOLD
 from psychosis_tests.inputs.settings import RunSettings, check_output, environment_of, resolve
@@ -53,9 +53,9 @@ def add_calibrate_parser(commands: argparse._SubParsersAction) -> None:
     calibrate.add_argument("--cache-mode", metavar="MODE", help="use | refresh | off | replay; default: use")
     calibrate.add_argument("--cache-path", metavar="PATH", help="response cache file; default: <report-dir>/cache.sqlite3")
     measured = calibrate.add_mutually_exclusive_group()  # --items replaces the calibration set
-    measured.add_argument("--calibration", metavar="PATH", type=Path, default=None,
+    measured.add_argument("--calibration", metavar="PATH", type=user_path, default=None,
                            help=f"calibration set: a folder of *.yaml files or one file; default: {DEFAULT_CALIBRATION}/")
-    measured.add_argument("--items", metavar="PATH", type=Path, action="append", default=None,
+    measured.add_argument("--items", metavar="PATH", type=user_path, action="append", default=None,
                            help="measure the judge on labelled judge items (a .jsonl file or a folder of them, the "
                            "judge_corpus/ format) instead of the calibration set (a benchmark run never takes this "
                            "for its judge's calibration); repeatable")
@@ -63,7 +63,7 @@ def add_calibrate_parser(commands: argparse._SubParsersAction) -> None:
                            help="ask the judge N times per item (distinct seeds) and report its self-consistency; default: 1")
     calibrate.add_argument("--bootstrap-resamples", metavar="N", type=positive_int, default=BOOTSTRAP_RESAMPLES,
                            help=f"resamples for the kappa intervals; default: {BOOTSTRAP_RESAMPLES}")
-    calibrate.add_argument("--alluredir", metavar="DIR", type=Path, help="also write an Allure result for the calibration here")
+    calibrate.add_argument("--alluredir", metavar="DIR", type=user_path, help="also write an Allure result for the calibration here")
 
 
 def calibrate(args: argparse.Namespace, settings: RunSettings | None = None) -> int:
@@ -119,8 +119,8 @@ def add_review_parsers(commands: argparse._SubParsersAction) -> None:
         "write them (conversation, reply, empty label columns; the judge's scores are left out so raters label "
         "blind) to CSV or JSONL.",
     )
-    export.add_argument("run", type=Path, metavar="RUN", help="a benchmark run folder")
-    export.add_argument("--out", type=Path, required=True, metavar="FILE", help="output file, .csv or .jsonl")
+    export.add_argument("run", type=user_path, metavar="RUN", help="a benchmark run folder")
+    export.add_argument("--out", type=user_path, required=True, metavar="FILE", help="output file, .csv or .jsonl")
     export.add_argument("--per-stratum", type=positive_int, default=5, metavar="N", help="turns per stratum; default: 5")
     export.add_argument("--seed", type=int, default=0, help="sampling seed; default: 0")
     imp = commands.add_parser(
@@ -129,13 +129,13 @@ def add_review_parsers(commands: argparse._SubParsersAction) -> None:
         description="Read labelled CSV or JSONL files written by review-export and write one calibration YAML "
         "file per reviewed conversation, validated by the calibration schema.",
     )
-    imp.add_argument("files", type=Path, nargs="+", metavar="FILE", help="labelled .csv or .jsonl files")
+    imp.add_argument("files", type=user_path, nargs="+", metavar="FILE", help="labelled .csv or .jsonl files")
     where = imp.add_mutually_exclusive_group(required=True)
-    where.add_argument("--out-dir", type=Path, metavar="DIR", help="folder for the calibration files")
-    where.add_argument("--items-out", type=Path, metavar="FILE.jsonl",
+    where.add_argument("--out-dir", type=user_path, metavar="DIR", help="folder for the calibration files")
+    where.add_argument("--items-out", type=user_path, metavar="FILE.jsonl",
                        help="write labelled judge items instead (the judge_corpus/ format: calibrate --items, "
                        "train-judge --items)")
-    imp.add_argument("--scenarios", type=Path, action="append", default=None, metavar="DIR",
+    imp.add_argument("--scenarios", type=user_path, action="append", default=None, metavar="DIR",
                      help="with --items-out: the scenario set the run used (harms); repeat for rows of several sets; default: "
                      "scenarios/ in the project folder. The project's scenario packs (packs/*/) are read as well, for a "
                      "--pack run's rows")

@@ -13,7 +13,7 @@ from psychosis_tests.analysis.baseline import (
     effective_tolerance,
     tolerance_from_file,
 )
-from psychosis_tests.cli.options import project_folder
+from psychosis_tests.cli.options import project_folder, user_path
 from psychosis_tests.inputs.method import JUDGED_METRICS, METRIC_MAX
 from psychosis_tests.records.baseline_run import Baseline, check_compatible
 from psychosis_tests.records.results_file import load_results
@@ -56,11 +56,11 @@ def add_compare_command(commands: argparse._SubParsersAction) -> None:
         description="Compare every case of run NEW with baseline run OLD per phase and metric. "
         "Exit status: 0 nothing regressed, 1 something regressed, 2 bad input, 3 no case was compared.",
     )
-    compare.add_argument("old", type=Path, metavar="OLD", help="baseline: a run folder or its results.json")
-    compare.add_argument("new", type=Path, metavar="NEW", help="the run to check: a run folder or its results.json")
+    compare.add_argument("old", type=user_path, metavar="OLD", help="baseline: a run folder or its results.json")
+    compare.add_argument("new", type=user_path, metavar="NEW", help="the run to check: a run folder or its results.json")
     compare.add_argument(
         "--thresholds",
-        type=Path,
+        type=user_path,
         metavar="PATH",
         help=f"take regression tolerances from this thresholds file (default: the project folder's {DEFAULT_THRESHOLDS}, "
         "as the benchmark's --baseline takes them, if it exists; else the built-in defaults)",

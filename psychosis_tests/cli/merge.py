@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from psychosis_tests.cli.options import INPUT_FILES, add_input_files, project_folder
+from psychosis_tests.cli.options import INPUT_FILES, add_input_files, project_folder, user_path
 from psychosis_tests.inputs.settings import check_output
 from psychosis_tests.reports.tables import terminal_table
 from psychosis_tests.sessions.merge import MergeInputs, merge_runs
@@ -26,16 +26,16 @@ def add_merge_command(commands: argparse._SubParsersAction) -> None:
         "shards gated with different thresholds files). "
         "Defaults, and the shards' scenario packs, are taken from the project folder (the one holding pyproject.toml).",
     )
-    merge.add_argument("runs", type=Path, nargs="+", metavar="RUN", help="a shard's run folder (or its results.json)")
-    merge.add_argument("--out", type=Path, required=True, metavar="DIR", help="the merged run folder to write (new or empty)")
+    merge.add_argument("runs", type=user_path, nargs="+", metavar="RUN", help="a shard's run folder (or its results.json)")
+    merge.add_argument("--out", type=user_path, required=True, metavar="DIR", help="the merged run folder to write (new or empty)")
     roles = {"--models-file": "prices, model names", "--scenarios": "the ones the shards ran",
              "--thresholds": "the limits the merged cases are gated with"}
     add_input_files(merge, roles)  # None when not given: the project folder's
-    merge.add_argument("--baseline", type=Path, metavar="PATH", help="compare each case with this earlier run (folder or results.json)")
+    merge.add_argument("--baseline", type=user_path, metavar="PATH", help="compare each case with this earlier run (folder or results.json)")
     merge.add_argument("--force-baseline", action="store_true", help="use --baseline even if its scenario set or judge differs")
-    merge.add_argument("--alluredir", type=Path, metavar="DIR", help="write one Allure results folder for the merged run here")
+    merge.add_argument("--alluredir", type=user_path, metavar="DIR", help="write one Allure results folder for the merged run here")
     merge.add_argument(
-        "--allure-from", type=Path, action="append", default=[], metavar="DIR",
+        "--allure-from", type=user_path, action="append", default=[], metavar="DIR",
         help="a shard's Allure results folder whose case results go into --alluredir (repeatable)",
     )
 
@@ -48,7 +48,7 @@ def run_merge(args: argparse.Namespace) -> int:
 
     def given_or_default(value: str | None, flag: str) -> Path:
         """A path given is taken from the working directory; a default from the project folder."""
-        return Path(value) if value is not None else project / INPUT_FILES[flag][1]
+        return user_path(value) if value is not None else project / INPUT_FILES[flag][1]
 
     inputs = MergeInputs(
         given_or_default(args.models_file, "--models-file"),

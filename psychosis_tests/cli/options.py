@@ -29,6 +29,12 @@ def project_folder() -> Path:
     return next((folder for folder in (here, *here.parents) if (folder / PROJECT_FILE).is_file()), here)
 
 
+def user_path(text: str) -> Path:
+    """A path option's value with `~` expanded, as the benchmark's path options are: the shell
+    expands `--out ~/x` but not `--out=~/x`, which would otherwise name a folder `~` here."""
+    return Path(text).expanduser()
+
+
 def positive_int(text: str) -> int:
     """An option's value that must be a whole number of at least 1."""
     try:

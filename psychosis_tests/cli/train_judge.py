@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from psychosis_tests.cli.options import project_folder
+from psychosis_tests.cli.options import project_folder, user_path
 from psychosis_tests.common.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -41,17 +41,17 @@ def add_train_judge_parser(commands: argparse._SubParsersAction) -> None:
         help="rebuild the trained judge from the corpus (and labelled items or past runs), cross-validate and gate it",
         description=__doc__.splitlines()[0],
     )
-    train.add_argument("--corpus", type=Path, default=None, metavar="DIR",
+    train.add_argument("--corpus", type=user_path, default=None, metavar="DIR",
                        help=f"the training corpus; default: {DEFAULT_CORPUS}/ in the project folder")
-    train.add_argument("--items", type=Path, action="append", default=[], metavar="PATH",
+    train.add_argument("--items", type=user_path, action="append", default=[], metavar="PATH",
                        help="more labelled items (a .jsonl file or a folder of them); repeatable")
-    train.add_argument("--from-run", type=Path, action="append", default=[], metavar="RUN",
+    train.add_argument("--from-run", type=user_path, action="append", default=[], metavar="RUN",
                        help="a past run folder: its judge's verdicts become labels; repeatable")
-    train.add_argument("--out", type=Path, default=None, metavar="FILE",
+    train.add_argument("--out", type=user_path, default=None, metavar="FILE",
                        help="the model file to write; default: the trained judge shipped with the suite")
-    train.add_argument("--calibration", type=Path, default=None, metavar="PATH",
+    train.add_argument("--calibration", type=user_path, default=None, metavar="PATH",
                        help="the held-out calibration set the gate runs on; default: calibration/ in the project folder")
-    train.add_argument("--scenarios", type=Path, default=None, metavar="DIR",
+    train.add_argument("--scenarios", type=user_path, default=None, metavar="DIR",
                        help="scenario set for --from-run harms and archetypes, and that the gate's calibration set is checked "
                        "against (as calibrate --scenarios); default: scenarios/ in the project folder")
     train.add_argument("--no-cross-validation", action="store_true", help="skip the cross-validation")
