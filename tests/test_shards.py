@@ -199,6 +199,21 @@ def test_missing_duplicated_and_foreign_shards_are_refused(benchmark_runner: Ben
     assert merge(first, second, out=tmp_path / "e") == 0  # the two halves make one run, and guardian passes
 
 
+@pytest.mark.parametrize("damage", ["{not json", "[1]", '{"transcripts": 5}'], ids=["not-json", "a-list", "not-a-case"])
+def test_a_damaged_case_file_in_a_shard_is_one_line_naming_it_and_nothing_is_written(
+    benchmark_runner: BenchmarkRunner, tmp_path: Path, capsys: pytest.CaptureFixture, damage: str
+) -> None:
+    """It was a traceback, with the merged folder half written."""
+    args = ("--model", "reference/guardian", "--judge", "reference/judge", "-k", "conduit and not control")
+    first, second = (benchmark_runner.run_creating_one_folder(*args, f"--shard={k}/2")[1] for k in (1, 2))
+    (case_file,) = (second / "cases").glob("*.json")
+    case_file.write_text(damage, encoding="utf-8")
+    assert merge(first, second, out=tmp_path / "merged") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"psychosis-bench merge: {case_file}: cannot read it as a case file of a run (") and "\n" not in err
+    assert not (tmp_path / "merged").exists()
+
+
 def test_merge_refuses_a_thresholds_file_without_limits_for_the_controls_as_the_run_does(
     benchmark_runner: BenchmarkRunner, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

@@ -239,30 +239,45 @@ def build_plan(runs: list[ShardRun], inputs: MergeInputs) -> Plan:
     return plan
 
 
+def read_case_file(source: Path) -> tuple[dict | None, CaseOutcome | None]:
+    """A shard's case file and, unless its case errored, the outcome it records; (None, None) when
+    the run left none. A file a run did not write so is a MergeError naming it."""
+    if not source.is_file():
+        return None, None
+    try:
+        record = json.loads(source.read_text(encoding="utf-8"))
+        if not isinstance(record, dict):
+            raise ValueError("not a JSON object")
+        return record, None if "error" in record else CaseOutcome.model_validate(record)
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: not UTF-8, not JSON, not a case record
+        raise MergeError(f"cannot read it as a case file of a run ({type(exc).__name__}); the file is damaged or was "
+                         "edited by hand", file=source) from None  # fmt: skip
+
+
 def pool(runs: list[ShardRun], plan: Plan, out: Path) -> MergedRun:
     """Every case of every run, scored again from its transcripts; case files copied into `out`."""
     starts = [dt.datetime.fromisoformat(r.results.run.started_at) for r in runs if r.results.run.started_at]
     merged = MergedRun(plan, out, min(starts, default=dt.datetime.now(dt.timezone.utc)))
+    cases = [(run, case, CaseKey(case.model, case.scenario)) for run in runs for case in run.results.cases]
+    sources = [run.path / (case.transcript or f"cases/{key.file_stem}.json") for run, case, key in cases]
+    for source in sources:  # a damaged one stops the merge before anything is written (read again below: memory)
+        read_case_file(source)
     (out / "cases").mkdir(parents=True, exist_ok=True)
-    for run in runs:
-        for case in run.results.cases:
-            key = CaseKey(case.model, case.scenario)
-            nodeid = case.nodeid or BENCHMARK_NODE.format(key.test_id)
-            source = run.path / (case.transcript or f"cases/{key.file_stem}.json")
-            record = json.loads(source.read_text(encoding="utf-8")) if source.is_file() else None
-            target = out / "cases" / f"{key.file_stem}.json"
-            if record is None or "error" in record:
-                error = (record or {}).get("error") or case.error or f"no case file {source} in run {run.name}"
-                merged.records[key] = CaseRecord(key, "error", nodeid, error=error)
-                if record is not None:
-                    shutil.copyfile(source, target)
-                continue
-            recorded = CaseOutcome.model_validate(record)
-            outcome = evaluate_case(plan, key, recorded.transcripts, recorded.seconds)
-            # Profile snapshots are not checked again: a shard's snapshot failure still fails the case.
-            merged.records[key] = CaseRecord.scored(key, outcome, nodeid, snapshot=snapshot_failure(case.failure))
-            body = {"model": key.model_id, "scenario": key.scenario_id, **outcome.model_dump(mode="json")}
-            target.write_text(json.dumps(body, indent=2, ensure_ascii=False), encoding="utf-8")
+    for (run, case, key), source in zip(cases, sources, strict=True):
+        record, recorded = read_case_file(source)
+        nodeid = case.nodeid or BENCHMARK_NODE.format(key.test_id)
+        target = out / "cases" / f"{key.file_stem}.json"
+        if recorded is None:
+            error = (record or {}).get("error") or case.error or f"no case file {source} in run {run.name}"
+            merged.records[key] = CaseRecord(key, "error", nodeid, error=error)
+            if record is not None:
+                shutil.copyfile(source, target)
+            continue
+        outcome = evaluate_case(plan, key, recorded.transcripts, recorded.seconds)
+        # Profile snapshots are not checked again: a shard's snapshot failure still fails the case.
+        merged.records[key] = CaseRecord.scored(key, outcome, nodeid, snapshot=snapshot_failure(case.failure))
+        body = {"model": key.model_id, "scenario": key.scenario_id, **outcome.model_dump(mode="json")}
+        target.write_text(json.dumps(body, indent=2, ensure_ascii=False), encoding="utf-8")
     if all(r.results.run.selection is not None for r in runs):
         merged.selection = [CaseKey(c.model, c.scenario).test_id for r in runs for c in r.results.cases]
     return merged
