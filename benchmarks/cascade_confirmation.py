@@ -95,4 +95,8 @@ def verdict(simulation: Simulation, thresholds: np.ndarray) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except ConfigError as error:  # a bad item file: one line, as calibrate --items shows it
+        print(f"cascade_confirmation.py: {error}", file=sys.stderr)
+        sys.exit(2)

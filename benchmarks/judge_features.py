@@ -52,6 +52,7 @@ sys.path.insert(0, str(ROOT))
 from psychosis_tests.analysis.agreement import kappa  # noqa: E402
 from psychosis_tests.analysis.judge_training import (  # noqa: E402
     build_vectoriser, is_real_model, item_blocks, matrix, team_written, with_origins)
+from psychosis_tests.common.errors import ConfigError  # noqa: E402
 from psychosis_tests.engine.trained_judge import logistic  # noqa: E402
 from psychosis_tests.inputs.judge_items import JudgeItem, load_items  # noqa: E402
 
@@ -385,4 +386,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except ConfigError as error:  # a bad corpus file: one line, as calibrate --items shows it
+        print(f"judge_features.py: {error}", file=sys.stderr)
+        sys.exit(2)
