@@ -9,7 +9,9 @@ container and attachment and the run's Allure files. Only what differs between a
 the same cases is set aside first: the run folder's name and path, the times a run started and
 finished, how long cases and conversations took, and Allure's own uuids, times, host and thread.
 Allure results are matched by what they are (their name, history id and parameters), not by
-file name. Exit status 0 when the outputs are the same, 1 with a diff of each difference.
+file name. Exit status 0 when the outputs are the same, 1 with a diff of each difference, 2 when
+a folder given is not a run folder (no results.json) or an Allure folder is not there: two such
+folders would otherwise compare as the same.
 """
 
 from __future__ import annotations
@@ -151,6 +153,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--allure", nargs=2, type=Path, metavar=("ALLURE_A", "ALLURE_B"))
     args = parser.parse_args(argv)
     allure_a, allure_b = args.allure or (None, None)
+    problems = [f"{run}: not a run folder (no results.json)" for run in (args.run_a, args.run_b) if not (run / "results.json").is_file()]
+    problems += [f"--allure: {folder}: not a folder" for folder in args.allure or () if not folder.is_dir()]
+    if problems:
+        print(f"same_outputs.py: {problems[0]}", file=sys.stderr)
+        return 2
     compared: list[str] = []
     found = differences(Side(args.run_a, allure_a), Side(args.run_b, allure_b), compared)
     for diff in found:

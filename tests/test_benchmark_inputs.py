@@ -1,4 +1,5 @@
-"""The benchmark scripts stop on bad input with one line and exit status 2, never a traceback."""
+"""The benchmark scripts stop on bad input with one line and exit status 2, never a traceback or
+an answer about inputs that are not there."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from benchmarks import same_outputs
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -21,3 +24,14 @@ def test_a_bad_item_file_is_one_line(script: str, argv: list[str], tmp_path: Pat
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith(f"{script}: {items}: ") and len(done.stderr.splitlines()) == 1, done.stderr
 
+
+def test_same_outputs_refuses_folders_that_are_not_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two folders without a run's files compared as 'all 4 files the same', exit 0."""
+    (tmp_path / "a").mkdir()
+    assert same_outputs.main([str(tmp_path / "a"), str(tmp_path / "b")]) == 2
+    assert capsys.readouterr().err == f"same_outputs.py: {tmp_path / 'a'}: not a run folder (no results.json)\n"
+    for run in ("a", "b"):
+        (tmp_path / run).mkdir(exist_ok=True)
+        (tmp_path / run / "results.json").write_text("{}", encoding="utf-8")
+    assert same_outputs.main([str(tmp_path / "a"), str(tmp_path / "b"), "--allure", str(tmp_path / "x"), str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f"same_outputs.py: --allure: {tmp_path / 'x'}: not a folder\n"
