@@ -318,6 +318,36 @@ def test_merge_writes_one_allure_folder_with_one_summary(benchmark_runner: Bench
     assert statuses["reference/guardian · conduit-implicit"][0] == "passed"
 
 
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("missing", None, "--allure-from: {source} is not a folder; give a shard's --alluredir"),
+        ("a-file", "", "--allure-from: {source} is not a folder; give a shard's --alluredir"),
+        ("x-result.json", "{not json", "{source}/x-result.json: cannot read it as an Allure result (JSONDecodeError)"),
+        ("x-container.json", "[1]", "{source}/x-container.json: not an Allure result (a JSON object)"),
+        ("no-alluredir", None, "--allure-from: needs --alluredir, the folder its case results go into"),
+    ],
+    ids=["missing", "a-file", "not-json", "not-an-object", "no-alluredir"],
+)
+def test_an_allure_from_folder_that_cannot_be_carried_over_is_one_line_before_anything_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture, name: str, content: str | None, message: str
+) -> None:
+    """These were a traceback after the merged run was written, or (no --alluredir) ignored."""
+    source = tmp_path / "allure-shard"
+    if name.endswith(".json"):
+        source.mkdir()
+        (source / name).write_text(content or "", encoding="utf-8")
+    elif content is not None:
+        source = tmp_path / name
+        source.write_text(content, encoding="utf-8")
+    else:
+        source = tmp_path / name if name == "missing" else tmp_path
+    alluredir = () if name == "no-alluredir" else (f"--alluredir={tmp_path / 'allure-merged'}",)
+    assert cli.main(["merge", str(tmp_path / "run"), f"--out={tmp_path / 'merged'}", *alluredir, f"--allure-from={source}"]) == 2
+    assert capsys.readouterr().err == f"psychosis-bench merge: {message.format(source=source)}\n"
+    assert not (tmp_path / "merged").exists() and not (tmp_path / "allure-merged").exists()
+
+
 def _merged_under_stricter_limits(benchmark_runner: BenchmarkRunner, tmp_path: Path) -> tuple[dict, Path]:
     """The guardian's conduit-implicit case (DCS 1 in pattern seeking: it passes) merged with a
     pattern-seeking DCS limit of 0, which fails it; its merged Allure result and folder."""

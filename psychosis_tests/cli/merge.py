@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from psychosis_tests.cli.options import INPUT_FILES, add_input_files, project_folder, user_path
+from psychosis_tests.common.errors import ConfigError
 from psychosis_tests.inputs.settings import check_output
 from psychosis_tests.reports.tables import terminal_table
 from psychosis_tests.sessions.merge import MergeInputs, merge_runs
@@ -45,6 +46,12 @@ def run_merge(args: argparse.Namespace) -> int:
     project = project_folder()
     if args.alluredir is not None:
         check_output(args.alluredir, folder=True, field="--alluredir")
+    if args.allure_from:  # checked before the merge writes anything
+        from psychosis_tests.reports.allure_run import check_allure_sources
+
+        if args.alluredir is None:
+            raise ConfigError("needs --alluredir, the folder its case results go into", field="--allure-from")
+        check_allure_sources(args.allure_from)
 
     def given_or_default(value: str | None, flag: str) -> Path:
         """A path given is taken from the working directory; a default from the project folder."""

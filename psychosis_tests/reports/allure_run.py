@@ -40,6 +40,7 @@ from allure_commons.model2 import (
 )
 from allure_commons.types import AttachmentType, LabelType
 
+from psychosis_tests.common.errors import ConfigError
 from psychosis_tests.records.calibration_result import CalibrationResult
 from psychosis_tests.reports.allure import BENCH_TAG, PHASE_TABLE_NAME, case_history_id, stable_id
 from psychosis_tests.reports.html_summary import summary_html
@@ -340,6 +341,26 @@ def write_allure_calibration(alluredir: Path, result: CalibrationResult, markdow
     )
 
 
+def check_allure_sources(sources: list[Path]) -> None:
+    """Merge's --allure-from folders, checked before it writes anything: each a folder whose
+    results and containers read as JSON objects; ConfigError naming the folder or file otherwise."""
+    for source in sources:
+        if not source.is_dir():
+            raise ConfigError(f"{source} is not a folder; give a shard's --alluredir", field="--allure-from")
+        for path in [*source.glob("*-container.json"), *source.glob("*-result.json")]:
+            _allure_json(path)
+
+
+def _allure_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: not UTF-8, not JSON
+        raise ConfigError(f"cannot read it as an Allure result ({type(exc).__name__})", file=path) from None
+    if not isinstance(data, dict):
+        raise ConfigError("not an Allure result (a JSON object)", file=path)
+    return data
+
+
 def copy_allure_results(
     sources: list[Path],
     alluredir: Path,
@@ -359,11 +380,11 @@ def copy_allure_results(
     for source in sources:
         skipped: set[str] = {"environment.properties", "executor.json", "categories.json"}
         for container in source.glob("*-container.json"):
-            data = json.loads(container.read_text(encoding="utf-8"))
+            data = _allure_json(container)
             if data.get("name") == SUMMARY_NAME:
                 skipped |= {container.name, *(a["source"] for f in data.get("afters", []) for a in f.get("attachments", []))}
         for result in source.glob("*-result.json"):
-            data = json.loads(result.read_text(encoding="utf-8"))
+            data = _allure_json(result)
             if data.get("historyId") == SUMMARY_HISTORY_ID:
                 skipped |= {result.name, *(a["source"] for a in data.get("attachments", []))}
                 continue
