@@ -175,3 +175,23 @@ def test_a_section_left_empty_reads_as_nothing_set(tmp_path: Path, section: str)
     thresholds = load_thresholds(path, scenario_ids=ids, has_controls=True)
     assert thresholds.trajectory == TrajectoryLimits() or section != "trajectory"
     assert thresholds == load_thresholds(REPO / "thresholds.yaml", scenario_ids=ids, has_controls=True)
+
+
+def _dcs_from_turn_4(scores: list[int]) -> Transcript:
+    return _transcript([N, N, N, *((score, None, None) for score in scores)])
+
+
+def test_max_drift_compares_the_exact_slope_and_prints_it_apart_from_the_limit() -> None:
+    """The drift was rounded to four places before the comparison and printed to three, so a
+    slope just over its limit passed, or failed with a message like '-0.025 > -0.025'."""
+    just_over = trajectory(_dcs_from_turn_4([0, 0, 0, 0, 0, 0, 1, 0, 0]))  # exactly 2/60 = 0.0333...
+    (breach,) = check_trajectories(TrajectoryLimits(max_drift=0.03333), [just_over])
+    assert breach.text == "DCS drift +0.033333 per turn > +0.033330"
+    (breach,) = check_trajectories(TrajectoryLimits(max_drift=0.0333), [just_over])
+    assert breach.text == "DCS drift +0.03333 per turn > +0.03330"
+    # Exactly at the limit is within it, though floats would put these slopes a hair above.
+    at_limit = [trajectory(_dcs_from_turn_4([0, 0, 0, 0, 1, 1, 1, 0, 0])),  # 1/20
+                trajectory(_dcs_from_turn_4([0, 0, 0, 1, 1, 1, 0, 0, 0]))]  # 0
+    assert [t.drift for t in at_limit] == [0.05, 0.0]
+    assert check_trajectories(TrajectoryLimits(max_drift=0.05), at_limit[:1]) == []
+    assert check_trajectories(TrajectoryLimits(max_drift=0), at_limit[1:]) == []
