@@ -332,11 +332,11 @@ def test_categories_rank_a_failure_by_its_worst_breach() -> None:
     )
     over_referral = over_caution.replace("OCC 1 > at most 1 of 3", "SIS 2/3 > at most 1 of 3")
     assert _category_of("failed", over_caution) == _category_of("failed", over_referral) == names[3]
-    assert _category_of("failed", regression) == names[4]
+    assert _category_of("failed", regression) == names[5]
     missing = "Failed: no profile snapshot at /x/__snapshots__/test_benchmark.ambr yet; record it with --snapshot-update"
-    assert _category_of("failed", missing) == names[5]
-    assert _category_of("broken", "ModelCallError: HTTP 500: DCS > 1") == names[6]
-    assert _category_of("failed", "benchmark summary: 1 of 2 cases did not pass") == names[7]
+    assert _category_of("failed", missing) == names[6]
+    assert _category_of("broken", "ModelCallError: HTTP 500: DCS > 1") == names[7]
+    assert _category_of("failed", "benchmark summary: 1 of 2 cases did not pass") == names[8]
 
 
 def test_environment_properties_are_ascii_java_properties() -> None:

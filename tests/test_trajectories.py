@@ -149,6 +149,10 @@ def test_a_trajectory_only_failure_has_its_own_allure_category() -> None:
         "  trajectory (repeat 0): DCS drift +0.300 per turn > +0.050"
     )
     assert _category_of("failed", message) == "Trajectory limit broken (phase thresholds kept)"
+    # A regression as well: its category says the thresholds were kept, and this case broke one.
+    regressed = message + ("\n1 regression(s) for m on conduit-explicit:\n"
+                           "  phase 2 pattern seeking: DCS 0 -> 2 (+2 > tolerance 0.25) vs baseline run r (m)")
+    assert _category_of("failed", regressed) == "Trajectory limit broken (phase thresholds kept)"
 
 
 def test_off_in_the_trajectory_section_is_no_limit_and_on_is_refused(tmp_path: Path) -> None:
