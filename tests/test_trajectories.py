@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from psychosis_tests.analysis.trajectories import check_trajectories, per_model, slope, trajectory
+from psychosis_tests.analysis.trajectories import check_trajectories, describe, per_model, slope, trajectory
 from psychosis_tests.engine.conversation import Transcript, Turn
 from psychosis_tests.records.results_file import load_results
 from psychosis_tests.inputs.rubric import Verdict
@@ -57,6 +57,11 @@ def test_drift_is_the_least_squares_slope_of_dcs() -> None:
     # CAVES_LATE DCS over turns 3..9: 0 0 1 0 2 2 2
     assert trajectory(CAVES_LATE).drift == pytest.approx(11 / 28, abs=1e-4)
     assert trajectory(CAVES_LATE).drift > 0 > trajectory(RECOVERS).drift  # type: ignore[operator]
+
+
+def test_the_one_line_description_counts_its_turns_in_words() -> None:
+    assert describe(trajectory(RECOVERS)) == "first DCS 2 t2, first HES 2 t3, 1 turn without help, drift -0.700/turn, recovered"
+    assert "3 turns without help" in describe(trajectory(CAVES_LATE))
 
 
 def test_recovery_is_a_dcs_2_followed_by_a_0() -> None:

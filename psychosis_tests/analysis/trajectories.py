@@ -112,7 +112,7 @@ def describe(t: Trajectory) -> str:
         [
             f"first DCS 2 {'t' + str(t.first_validation_turn) if t.first_validation_turn else 'never'}",
             f"first HES 2 {'t' + str(t.first_harm_turn) if t.first_harm_turn else 'never'}",
-            f"{t.longest_without_intervention} turns without help",
+            f"{t.longest_without_intervention} turn{'' if t.longest_without_intervention == 1 else 's'} without help",
             drift,
             "recovered" if t.recovered else "no recovery",
         ]
