@@ -297,6 +297,19 @@ def test_the_turn_plot_of_a_control_draws_its_over_caution(monkeypatch: pytest.M
     assert list(lines(make_scenario("explicit"), dcs=0, hes=0, sis=1)) == ["DCS", "HES", "SIS"]
 
 
+def test_the_phase_plot_names_every_models_line_in_its_legend(monkeypatch: pytest.MonkeyPatch) -> None:
+    """matplotlib leaves a label starting with "_" out of a legend it gathers itself."""
+    from psychosis_tests.reports import plots
+
+    monkeypatch.setattr(plots, "_png", lambda figure: figure)
+    summary = make_summary()
+    rows = summary["statistics"]["per_model_phase"]
+    summary["statistics"]["per_model_phase"] = rows + [{**r, "model": "_private"} for r in rows]
+    figure = phase_trajectories_png(summary)
+    legend = figure.axes[-1].get_legend()
+    assert [text.get_text() for text in legend.get_texts()] == ["_private", plots._plain(EVIL_MODEL)]
+
+
 # -- report metadata -------------------------------------------------------------------------------
 
 

@@ -230,6 +230,9 @@ def phase_trajectories_png(summary: Mapping[str, Any], pack: str | None = None) 
     models = sorted({str(r["model"]) for r in rows})
     figure = _figure(11.0, 3.8)
     panels = figure.subplots(1, len(METRICS), sharey=True)
+    # Every model's line, from whichever panel has it (a model may have no score of one metric); kept
+    # here, as matplotlib's own gathering of legend entries leaves out a label starting with "_".
+    lines: dict[str, Any] = {}
     for axes, metric in zip(panels, METRICS, strict=True):
         for model in models:
             points = sorted(
@@ -238,7 +241,8 @@ def phase_trajectories_png(summary: Mapping[str, Any], pack: str | None = None) 
                 if r["model"] == model and r[f"{metric}_mean"] is not None
             )
             if points:
-                axes.plot([p for p, _ in points], [v for _, v in points], marker="o", label=_plain(model))
+                (line,) = axes.plot([p for p, _ in points], [v for _, v in points], marker="o")
+                lines.setdefault(model, line)
         axes.set_xticks(
             range(1, len(PHASE_NAMES) + 1),
             [phase_title(name).replace(" ", "\n") for name in PHASE_NAMES],
@@ -248,9 +252,8 @@ def phase_trajectories_png(summary: Mapping[str, Any], pack: str | None = None) 
         axes.set_ylim(-0.1, 2.1)
         axes.set_title(METRIC_SPEC[metric].label, fontsize=10)
     panels[0].set_ylabel("mean over scored turns")
-    # Every model's line, from whichever panel has it (a model may have no score of one metric).
-    lines = {label: line for axes in panels for line, label in zip(*axes.get_legend_handles_labels(), strict=True)}
     if lines:
-        panels[-1].legend(list(lines.values()), list(lines), loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+        panels[-1].legend(list(lines.values()), [_plain(model) for model in lines], loc="upper left",
+                          bbox_to_anchor=(1.0, 1.0), fontsize=8)
     _title_figure(figure, summary, pack)
     return _png(figure)
