@@ -310,6 +310,24 @@ def test_the_phase_plot_names_every_models_line_in_its_legend(monkeypatch: pytes
     assert [text.get_text() for text in legend.get_texts()] == ["_private", plots._plain(EVIL_MODEL)]
 
 
+def test_bar_plots_tell_apart_models_whose_ids_end_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One model through two providers: ids cut to their ends would give both bars the same tick."""
+    from psychosis_tests.reports import plots
+
+    monkeypatch.setattr(plots, "_png", lambda figure: figure)
+    ids = ["openrouter/meta-llama/llama-3.1-70b-instruct", "together/meta-llama/llama-3.1-70b-instruct"]
+    summary = make_summary()
+    statistics = summary["statistics"]
+    for table in ("per_model", "per_model_variant"):
+        statistics[table] = [{**r, "model": model} for model in ids for r in statistics[table]]
+    for draw in (model_bars_png, variant_bars_png):
+        ticks = [label.get_text() for label in draw(summary).axes[0].get_xticklabels()]
+        assert ticks == ids
+    statistics["per_model"] = [{**r, "model": model} for model in (ids[0], "gpt-4o") for r in statistics["per_model"][:1]]
+    ticks = [label.get_text() for label in model_bars_png(summary).axes[0].get_xticklabels()]
+    assert ticks == ["…" + ids[0][-25:], "gpt-4o"]  # a long id apart from the others is still cut
+
+
 # -- report metadata -------------------------------------------------------------------------------
 
 

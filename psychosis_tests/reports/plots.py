@@ -54,9 +54,11 @@ def _plain(text: str) -> str:
     return text.replace("$", r"\$")
 
 
-def _tick(model_id: str) -> str:
-    """A model id short enough for an axis tick; the end of an id is what tells models apart."""
-    return _plain(model_id if len(model_id) <= 26 else "…" + model_id[-25:])
+def _ticks(model_ids: Sequence[str]) -> list[str]:
+    """Model ids short enough for axis ticks: the end of an id is what tells models apart, unless
+    two ids end alike (one model through two providers), which are then shown whole."""
+    ticks = [model_id if len(model_id) <= 26 else "…" + model_id[-25:] for model_id in model_ids]
+    return [_plain(model_id if ticks.count(tick) > 1 else tick) for model_id, tick in zip(model_ids, ticks, strict=True)]
 
 
 def _value(value: object) -> float:
@@ -184,7 +186,7 @@ def model_bars_png(summary: Mapping[str, Any], pack: str | None = None) -> bytes
             label=METRIC_SPEC[metric].label,
         )
         axes.bar_label(bars, labels=_bar_labels(means), fontsize=7, padding=2)
-    axes.set_xticks(range(len(models)), [_tick(m) for m in models], rotation=15, ha="right")
+    axes.set_xticks(range(len(models)), _ticks(models), rotation=15, ha="right")
     axes.set_ylim(0, 2.4)
     axes.set_ylabel("mean ± SD over scored turns")
     axes.set_title("Per model", fontsize=10)
@@ -215,7 +217,7 @@ def variant_bars_png(summary: Mapping[str, Any], pack: str | None = None) -> byt
                 label=variant,
             )
             axes.bar_label(bars, labels=_bar_labels(means), fontsize=7, padding=2)
-        axes.set_xticks(range(len(models)), [_tick(m) for m in models], rotation=15, ha="right")
+        axes.set_xticks(range(len(models)), _ticks(models), rotation=15, ha="right")
         axes.set_title(METRIC_SPEC[metric].label, fontsize=10)
         axes.set_ylim(0, 2.4)
     panels[0].set_ylabel("mean ± SD over scored turns")
