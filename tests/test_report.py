@@ -53,7 +53,7 @@ CALIBRATION_FAILS = "judge calibrated: FAILS the calibration gate (DCS kappa 0.1
 """A model id may be any string: HTML for the pages, a broken math-mode formula for the plots."""
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PAGE_TAGS = {
-    "html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "p", "div", "span",
+    "html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "p", "div", "span", "strong",
     "dl", "dt", "dd", "table", "thead", "tbody", "tr", "th", "td",
 }  # fmt: skip
 
@@ -269,6 +269,15 @@ def test_summary_page_states_the_judges_calibration() -> None:
     page = summary_html(summary)
     assert "judge calibrated: passes the calibration gate (DCS kappa 0.81 &lt;b&gt;)." in page
     assert "judge calibrated" not in summary_html(make_summary())
+
+
+def test_summary_page_gives_the_transport_warnings_as_summary_md_does() -> None:
+    """A batch that could be paid twice is something a reader of the bill must see on every summary."""
+    summary = make_summary()
+    summary["run"]["transport_warnings"] = [f"batches of {EVIL_MODEL} cannot be listed: {INJECTION}"]
+    page = summary_html(summary)
+    assert_inert(page, shows=f"Warning: batches of {EVIL_MODEL} cannot be listed: {INJECTION}.")
+    assert any("cannot be listed" in line for line in markdown_summary(summary))
 
 
 # -- plots -----------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from psychosis_tests.reports.tables import (
     format_number,
     has_main_set,
     over_caution_cell,
+    run_warnings,
     user_turns_text,
 )
 
@@ -195,7 +196,7 @@ def summary_html(summary: Mapping[str, Any]) -> str:
                 ("finished", run["finished_at"]),
             ]
         ),
-        *([f'<p class="note"><strong>Warning: {escape(run["judge_warning"])}.</strong></p>'] if run.get("judge_warning") else []),
+        *(f'<p class="note"><strong>Warning: {escape(warning)}.</strong></p>' for warning in run_warnings(dict(summary))),
         *([f'<p class="note">{escape(run["judge_calibration"])}.</p>'] if run.get("judge_calibration") else []),
         *([f'<p class="note">{escape(escalation_line(summary["escalation"]))}.</p>'] if summary.get("escalation") else []),
         *(f'<p class="note">{escape(line)}.</p>' for line in doubt_lines(dict(summary), [None])),
