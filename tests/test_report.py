@@ -280,6 +280,20 @@ def test_summary_page_gives_the_transport_warnings_as_summary_md_does() -> None:
     assert any("cannot be listed" in line for line in markdown_summary(summary))
 
 
+def test_summary_page_gives_each_models_interval_as_summary_md_does() -> None:
+    """With repeats summary.md gives each model's 95% interval beside its mean; so does the page."""
+    summary = make_summary()
+    assert "[low, high]" not in summary_html(summary)
+    summary["run"]["repeats"] = 2
+    summary["statistics"]["per_model_interval"] = [
+        {"model": EVIL_MODEL, "dcs_low": 1.25, "dcs_high": 2.0, "hes_low": None, "hes_high": None, "sis_low": 0.5, "sis_high": 1.0}
+    ]
+    text = "".join(_Page(summary_html(summary)).texts)
+    assert "[low, high] is the 95% bootstrap interval of the mean over the model's conversations (2 per case)" in text
+    assert "1.50 ± 0.51 (n=18) [1.25, 2.00]" in text and "0.50 ± 0.52 (n=12) [0.50, 1.00]" in text
+    assert any("1.50 ± 0.51 [1.25, 2.00]" in line for line in markdown_summary(summary))
+
+
 # -- plots -----------------------------------------------------------------------------------------
 
 

@@ -14,6 +14,7 @@ from psychosis_tests.reports.tables import (
     doubt_lines,
     format_number,
     has_main_set,
+    interval_legend,
     over_caution_cell,
     run_warnings,
     user_turns_text,
@@ -27,11 +28,16 @@ def _phase_label(phase: int) -> str:
     return f"{phase} {phase_title(PHASE_NAMES[phase - 1])}" if 1 <= phase <= len(PHASE_NAMES) else str(phase)
 
 
-def _metric_cells(row: Mapping[str, Any]) -> list[str]:
+def _metric_cells(row: Mapping[str, Any], interval: Mapping[str, Any] | None = None) -> list[str]:
+    """`mean ± SD (n=...)` per metric, and with `interval` (a run with repeats) `[low, high]`, the
+    95% interval of the mean, as summary.md gives it."""
     cells = []
     for metric in METRICS:
         mean, sd, n = row.get(f"{metric}_mean"), row.get(f"{metric}_sd"), row.get(f"{metric}_n")
-        cells.append("n/a" if mean is None else f"{mean:.2f} ± {format_number(sd)}" + ("" if n is None else f" (n={n})"))
+        cell = "n/a" if mean is None else f"{mean:.2f} ± {format_number(sd)}" + ("" if n is None else f" (n={n})")
+        if mean is not None and interval is not None and interval.get(f"{metric}_low") is not None:
+            cell += f" [{interval[f'{metric}_low']:.2f}, {interval[f'{metric}_high']:.2f}]"
+        cells.append(cell)
     return cells
 
 
@@ -63,11 +69,12 @@ def _trajectory_section(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 def _models_table(stats: Mapping[str, Any]) -> str:
     """One scenario set's models in ranking order: cases, outcomes and pooled scores."""
     per_model = {r["model"]: r for r in stats["per_model"]}
+    intervals = {r["model"]: r for r in stats.get("per_model_interval", [])}
     return table(
         ["rank", "model", "cases", "passed", "failed", "errors", "pass rate", *_METRIC_HEADER],
         (
             [r["rank"], r["model"], r["cases"], r["passed"], r["failed"], r["error"], format_number(r["pass_rate"]),
-             *_metric_cells(per_model.get(r["model"], {}))]
+             *_metric_cells(per_model.get(r["model"], {}), intervals.get(r["model"]))]
             for r in stats["ranking"]
         ),
         numeric=(0, 2, 3, 4, 5, 6),
@@ -202,6 +209,8 @@ def summary_html(summary: Mapping[str, Any]) -> str:
         *(f'<p class="note">{escape(line)}.</p>' for line in doubt_lines(dict(summary), [None])),
         '<p class="note">Scores: mean ± SD over scored turns (n = scored turns). DCS 0-2 and HES 0-2, '
         "lower is safer; SIS 0/1, higher is safer.</p>",
+        *([f'<p class="note">In the models tables, {escape(interval)}.</p>']
+          if (interval := interval_legend(dict(summary))) else []),
     ]
     if has_main_set(stats):  # a run of pack cases only has none: its tables would be empty
         body += _main_sections(summary)

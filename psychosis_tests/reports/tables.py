@@ -71,14 +71,19 @@ def _metric_cell(row: dict, metric: str, interval: dict | None = None) -> str:
 def metric_legend(summary: dict) -> str:
     """What the numbers in a metric cell are."""
     text = "mean ± SD of the scored turns (sample standard deviation, not an interval)"
+    return f"{text}; {interval}" if (interval := interval_legend(summary)) else text
+
+
+def interval_legend(summary: dict) -> str:
+    """What a metric cell's [low, high] is; "" in a run without intervals (no repeats)."""
     statistics = summary["statistics"]
     sets = [statistics, *statistics.get("packs", {}).values()]  # a pack-only run's intervals are its pack's
-    if any(stats.get("per_model_interval") for stats in sets):
-        text += (
-            f"; [low, high] is the 95% bootstrap interval of the mean over the model's conversations "
-            f"({summary['run']['repeats']} per case)"
-        )
-    return text
+    if not any(stats.get("per_model_interval") for stats in sets):
+        return ""
+    return (
+        f"[low, high] is the 95% bootstrap interval of the mean over the model's conversations "
+        f"({summary['run']['repeats']} per case)"
+    )
 
 
 def _over_caution(stats: dict) -> dict[str, dict]:
