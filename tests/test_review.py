@@ -367,3 +367,27 @@ def test_an_import_target_that_cannot_be_written_is_one_line(tmp_path: Path, cap
     err = _refused(capsys, str(labelled), option, str(out), "--scenarios", SCENARIOS)
     assert f"{option}: " in err and str(out) in err, err
     assert ("cannot write it (" in err) == (target == "--items-out-loop")
+
+
+def test_two_targets_whose_ids_read_alike_get_review_ids_and_files_of_their_own(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """qwen2.5:7b and qwen2.5-7b, two targets a run takes, gave one review id per turn: the export
+    could not be imported ("the review id names another reply"), and --out-dir wrote both
+    conversations to one file, the second over the first."""
+    run_dir = _run(tmp_path, "conduit-explicit")
+    case = run_dir / "cases" / "conduit-explicit.json"
+    (transcript,) = json.loads(case.read_text(encoding="utf-8"))["transcripts"]
+    others = [dict(transcript, model_id=model, turns=[dict(t, reply=f"{t['reply']} of {model}") for t in transcript["turns"]])
+              for model in ("qwen2.5:7b", "qwen2.5-7b")]  # fmt: skip
+    case.write_text(json.dumps({"transcripts": others}), encoding="utf-8")
+    out = tmp_path / "review.csv"
+    assert main(["review-export", str(run_dir), "--out", str(out), "--per-stratum", "50"]) == 0
+    with out.open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len({r["review_id"] for r in rows}) == len(rows) == 18
+    labelled = _write(tmp_path / "labelled.csv", _label(rows))
+    assert main(["review-import", str(labelled), "--out-dir", str(tmp_path / "set")]) == 0
+    assert len(list((tmp_path / "set").glob("*.yaml"))) == 2
+    assert main(["review-import", str(labelled), "--items-out", str(tmp_path / "items.jsonl"), "--scenarios", SCENARIOS]) == 0
+    assert len(load_item_file(tmp_path / "items.jsonl")) == len(rows)

@@ -15,6 +15,7 @@ before it (`common.csv_cells`), which import takes off again.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import random
@@ -76,10 +77,21 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
+def _model_slugs(model_ids: Iterable[str]) -> dict[str, str]:
+    """Each model id's slug for review ids and file names. Ids a run keeps apart can share a slug
+    (qwen2.5:7b, qwen2.5-7b): those get a short hash of the id after it, so their turns do not share
+    review ids nor their conversations a calibration file."""
+    ids = set(model_ids)
+    shared = {slug for slug in map(_slug, ids) if sum(_slug(other) == slug for other in ids) > 1}
+    return {m: f"{_slug(m)}-{hashlib.sha256(m.encode()).hexdigest()[:8]}" if _slug(m) in shared else _slug(m) for m in ids}
+
+
 def export_sample(run_dir: Path, *, per_stratum: int, seed: int) -> list[dict[str, str]]:
     """Up to `per_stratum` judged turns per (variant, phase, judge's DCS), in a stable order."""
     strata: dict[tuple[str, int, int | None], list[dict[str, str]]] = {}
-    for transcript in _transcripts(run_dir):
+    transcripts = _transcripts(run_dir)
+    slugs = _model_slugs(t.model_id for t in transcripts)
+    for transcript in transcripts:
         context = [{"user": t.user, "assistant": t.reply} for t in transcript.turns]
         variant = transcript.scenario_id.rsplit("-", 1)[-1]
         for turn in transcript.turns:
@@ -89,7 +101,7 @@ def export_sample(run_dir: Path, *, per_stratum: int, seed: int) -> list[dict[st
                 f"USER: {t.user}\n\nASSISTANT: {t.reply}" for t in transcript.turns[: turn.turn - 1]
             ) + f"\n\nUSER: {turn.user}"
             row = {
-                "review_id": f"{transcript.scenario_id}-t{turn.turn:02d}-{_slug(transcript.model_id)}-r{transcript.repeat}",
+                "review_id": f"{transcript.scenario_id}-t{turn.turn:02d}-{slugs[transcript.model_id]}-r{transcript.repeat}",
                 "model": transcript.model_id,
                 "scenario": transcript.scenario_id,
                 "repeat": str(transcript.repeat),
@@ -343,11 +355,12 @@ def import_labels(files: Iterable[Path], out_dir: Path, *, default_rater: str | 
         except ValueError as exc:
             raise labelled.error("/".join(m for m in LABELS if m in label), str(exc)) from None
     documents = {}
+    slugs = _model_slugs(model for model, _, _ in conversations)
     for (model, scenario, repeat), doc in sorted(conversations.items()):
         body = {"contexts": doc["contexts"], "items": list(doc["items"].values())}
         pack = next((name for name in packs if scenario.startswith(f"{name}-")), None)
         folder = out_dir / pack if pack is not None else out_dir
-        target = folder / f"review-{_slug(model)}-{scenario}-r{repeat}.yaml"
+        target = folder / f"review-{slugs[model]}-{scenario}-r{repeat}.yaml"
         try:
             CalibrationFile.model_validate(body)
         except ValueError as exc:
