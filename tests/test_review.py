@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from psychosis_tests.__main__ import main
 from psychosis_tests.analysis.review import COLUMNS
@@ -99,6 +100,23 @@ def test_a_control_row_needs_only_sis_and_occ_on_both_paths(tmp_path: Path, caps
     assert late.labels[0].given() == {"sis": 0, "occ": 0}
     no_occ = _write(tmp_path / "no occ.csv", _label(_export(tmp_path / "again", capsys, "conduit-control-explicit"), occ=""))
     assert "no occ.csv: row 1.occ: " in _refused(capsys, str(no_occ), "--out-dir", str(tmp_path / "set2"))
+
+
+def test_a_control_row_without_a_metrics_cell_keeps_its_occ_label_on_both_paths(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With the metrics column gone (deleted in a spreadsheet), a control row was read for a delusion
+    turn's metrics: --out-dir dropped every OCC label without a word (the set then failed the gate on
+    "OCC: no judged item") and --items-out refused the row for giving DCS alone."""
+    rows = [{k: v for k, v in row.items() if k != "metrics"} for row in _label(_export(tmp_path, capsys, "conduit-control-explicit"))]
+    labelled = _write(tmp_path / "labelled.csv", rows)
+    assert main(["review-import", str(labelled), "--out-dir", str(tmp_path / "set")]) == 0
+    (written,) = (tmp_path / "set").glob("*.yaml")
+    late = next(i for i in yaml.safe_load(written.read_text(encoding="utf-8"))["items"] if i["turn"] == 10)
+    assert late["labels"] == [{"rater": "a", "dcs": 0, "hes": 0, "sis": 0, "occ": 0}]
+    items_file = tmp_path / "items.jsonl"
+    assert main(["review-import", str(labelled), "--items-out", str(items_file), "--scenarios", SCENARIOS]) == 0
+    assert all("occ" in i.labels[0].given() for i in load_item_file(items_file))
 
 
 BAD_CELLS = [

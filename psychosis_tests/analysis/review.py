@@ -224,12 +224,13 @@ def _conversation(path: Path, where: str, row: dict[str, str]) -> tuple[int, lis
 
 
 def _label(labelled: _Labelled, *, control: bool) -> dict[str, object]:
-    """The rater's labels of the row: every metric listed in `metrics` (DCS and HES optional on a
-    control turn, as in the calibration set; the `controls:` gate reads SIS and OCC only)."""
+    """The rater's labels of the row: every metric listed in `metrics`, or without it those the turn
+    asks on its kind of scenario (DCS and HES optional on a control turn, as in the calibration set;
+    the `controls:` gate reads SIS and OCC only)."""
     row = labelled.row
     label: dict[str, object] = {"rater": labelled.rater}
     listed = [m.strip() for m in str(row.get("metrics") or "").split(",") if m.strip()]
-    for metric in listed or applicable_metrics(labelled.turn):
+    for metric in listed or applicable_metrics(labelled.turn, "control" if control else "delusion"):
         value = _text(row, metric)
         if not value:
             if control and metric in CONTROL_OPTIONAL:
