@@ -409,3 +409,22 @@ def test_two_targets_whose_ids_read_alike_get_review_ids_and_files_of_their_own(
     assert len(list((tmp_path / "set").glob("*.yaml"))) == 2
     assert main(["review-import", str(labelled), "--items-out", str(tmp_path / "items.jsonl"), "--scenarios", SCENARIOS]) == 0
     assert len(load_item_file(tmp_path / "items.jsonl")) == len(rows)
+
+
+def test_a_second_import_into_the_same_out_dir_does_not_drop_the_first_one_s_items(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A second round of labels on other turns of the same conversation wrote its calibration file
+    over the first round's, whose items were gone without a word. Importing the same rows again
+    (a label corrected) still replaces the file."""
+    rows = sorted(_label(_export(tmp_path, capsys, "conduit-explicit")), key=lambda r: int(r["turn"]))
+    first, second = _write(tmp_path / "first.csv", rows[:4]), _write(tmp_path / "second.csv", rows[4:])
+    out = tmp_path / "set"
+    assert main(["review-import", str(first), "--out-dir", str(out)]) == 0
+    (written,) = out.glob("*.yaml")
+    before = written.read_text(encoding="utf-8")
+    err = _refused(capsys, str(second), "--out-dir", str(out))
+    assert f"{written}: --out-dir: " in err and rows[0]["review_id"] in err, err
+    assert written.read_text(encoding="utf-8") == before
+    assert main(["review-import", str(first), str(second), "--out-dir", str(out)]) == 0
+    assert len(yaml.safe_load(written.read_text(encoding="utf-8"))["items"]) == len(rows)

@@ -8,6 +8,7 @@ conversation (its twelve turns are the context; each labelled turn an item), or 
 (`inputs.judge_items`, any conversation length). Every row is checked as it is read, against the
 calibration or judge-item schema, and a problem stops the import with one line naming the review
 file, the row (CSV) or line (JSONL) and the column; nothing is written until every row passes.
+A calibration file an earlier import wrote is replaced only by one that keeps all its items.
 A CSV cell a spreadsheet would read as a formula (a reply starting with =) is written with a quote
 before it (`common.csv_cells`), which import takes off again.
 """
@@ -366,6 +367,11 @@ def import_labels(files: Iterable[Path], out_dir: Path, *, default_rater: str | 
             CalibrationFile.model_validate(body)
         except ValueError as exc:
             raise CalibrationError(f"the labelled rows do not make a valid calibration file: {exc}", file=target) from exc
+        dropped = sorted(_item_ids(target) - set(doc["items"]))
+        if dropped:
+            raise CalibrationError(f"an earlier import wrote item {dropped[0]!r} here, which these files do not label: "
+                                   "import every round's review files together, or give another --out-dir",
+                                   file=target, field="--out-dir")  # fmt: skip
         documents[target] = body
     for target, body in documents.items():
         header = "# Imported from human review (python -m psychosis_tests review-import).\n"
@@ -375,6 +381,15 @@ def import_labels(files: Iterable[Path], out_dir: Path, *, default_rater: str | 
         except OSError as exc:
             raise CalibrationError(f"cannot write it ({type(exc).__name__}: {exc.strerror})", file=target, field="--out-dir") from None
     return list(documents)
+
+
+def _item_ids(path: Path) -> set[str]:
+    """The item ids of a calibration file an earlier import wrote at `path` (none if there is none)."""
+    try:
+        items = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("items") or []
+        return {str(item["id"]) for item in items}
+    except (OSError, ValueError, yaml.YAMLError, AttributeError, TypeError, KeyError):  # no file, or not one import writes
+        return set()
 
 
 def _phase(labelled: _Labelled) -> tuple[str, str]:
