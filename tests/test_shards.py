@@ -399,6 +399,22 @@ def test_a_bad_shard_stops_the_run_before_any_call(benchmark_runner: BenchmarkRu
     assert not benchmark_runner.report_dir.exists()
 
 
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["n0", "n2"])
+def test_a_shard_of_a_selection_of_no_case_ends_as_the_unsplit_run_does(benchmark_runner: BenchmarkRunner, xdist: list[str]) -> None:
+    """Before: every shard of a -k that matched nothing exited 0 and wrote a run folder of no case,
+    and their merge passed (exit 0) where the unsplit run exits 5."""
+    benchmark_runner.report_dir.mkdir()
+    for k in (1, 2):
+        result = benchmark_runner.run(*REFERENCE_RUN, "-k", "no-such-scenario", f"--shard={k}/2", *xdist)
+        assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED, result.outlines
+        assert "psychosis-bench: no benchmark case was selected or run, so no run folder was written" in result.outlines
+    assert benchmark_runner.run_dirs() == []
+    # A shard left empty by a selection of fewer cases than shards is no error, and leaves its folder.
+    result, run_dir = benchmark_runner.run_creating_one_folder(*REFERENCE_RUN, "-k", "conduit-implicit", "--shard=2/2", *xdist)
+    assert result.ret == pytest.ExitCode.OK, result.outlines
+    assert json.loads((run_dir / "results.json").read_text())["run"]["selection"]["cases"] == 1
+
+
 def test_shards_judged_by_a_cascade_spelled_on_the_command_line_merge(benchmark_runner: BenchmarkRunner, tmp_path: Path) -> None:
     """No models-file entry names such a cascade: merge rebuilds it from the shards' fingerprint."""
     cascade = ("--model=reference/sycophant", "--judge=trained", "--escalate-to=reference/judge", "-k", "conduit")

@@ -158,7 +158,10 @@ class ResultCollector:
             self.progress.stop()
         self.bench.stop_unfinished()
         self.bench.record_unreported("not run: the session stopped before this case reported (-x, --maxfail or an interrupt)")
-        sharded = self.bench.plan.settings.shard is not None
+        # A shard of a selection that holds cases; a selection of none (-k matching nothing) is
+        # no shard of anything: it ends as the same run unsplit does, or N empty shards would merge
+        # into a passed run of no case.
+        sharded = self.bench.plan.settings.shard is not None and bool(self.bench.selection)
         if sharded and session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
             # More shards than selected cases: this one is empty, which is no error; its run
             # folder still tells `merge` that the shard ran.
