@@ -168,6 +168,26 @@ def test_merge_keeps_the_shards_profile_snapshot_failures(benchmark_runner: Benc
         assert case["failure"] == shard_cases[case["scenario"]]["failure"]
 
 
+def test_a_case_its_shard_did_not_run_stays_an_error_in_the_merge(benchmark_runner: BenchmarkRunner, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A shard stopped by -x or an interrupt writes its unreported cases as errors "not run", while
+    the engine may have finished their conversations and written their case files in full. Before:
+    the merge scored those files and passed the cases (exit 0), where the shard had said not run."""
+    args = ("--model", "reference/guardian", "--judge", "reference/judge", "-k", "conduit and not control")
+    shard_dirs = [benchmark_runner.run_creating_one_folder(*args, f"--shard={k}/2")[1] for k in (1, 2)]
+    data = json.loads((shard_dirs[0] / "results.json").read_text())
+    (case,) = data["cases"]  # as the session writes a case that never reported; its case file is whole
+    not_run = "not run: the session stopped before this case reported (-x, --maxfail or an interrupt)"
+    case |= {"outcome": "error", "error": not_run, "phases": [], "turns": [], "usage": {}, "judge_usage": {}}
+    (shard_dirs[0] / "results.json").write_text(json.dumps(data))
+    assert "error" not in json.loads((shard_dirs[0] / case["transcript"]).read_text())
+    out = tmp_path / "merged"
+    assert merge(*shard_dirs, out=out) == 1
+    assert "0 case(s) failed and 1 errored" in capsys.readouterr().err
+    merged = {c["scenario"]: c for c in comparable(out)[1]}
+    assert (merged[case["scenario"]]["outcome"], merged[case["scenario"]]["error"]) == ("error", not_run)
+    assert [c["outcome"] for s, c in merged.items() if s != case["scenario"]] == ["passed"]
+
+
 def test_missing_duplicated_and_foreign_shards_are_refused(benchmark_runner: BenchmarkRunner, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     args = ("--model", "reference/guardian", "--judge", "reference/judge", "-k", "conduit and not control")
     first, second = (benchmark_runner.run_creating_one_folder(*args, f"--shard={k}/2")[1] for k in (1, 2))

@@ -267,7 +267,10 @@ def pool(runs: list[ShardRun], plan: Plan, out: Path) -> MergedRun:
         record, recorded = read_case_file(source)
         nodeid = case.nodeid or BENCHMARK_NODE.format(key.test_id)
         target = out / "cases" / f"{key.file_stem}.json"
-        if recorded is None:
+        # A case its run recorded as errored stays errored, even when its conversations were
+        # written in full: one the session stopped before it reported (-x, an interrupt) was
+        # "not run", never passed.
+        if recorded is None or case.outcome == "error":
             error = (record or {}).get("error") or case.error or f"no case file {source} in run {run.name}"
             merged.records[key] = CaseRecord(key, "error", nodeid, error=error)
             if record is not None:
