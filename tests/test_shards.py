@@ -234,6 +234,23 @@ def test_a_damaged_case_file_in_a_shard_is_one_line_naming_it_and_nothing_is_wri
     assert not (tmp_path / "merged").exists()
 
 
+def test_shards_of_other_splits_or_selections_are_refused_naming_their_folders(
+    benchmark_runner: BenchmarkRunner, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Before: the reasons named no run, so a CI job could not tell which shard's job differed."""
+    args = ("--model", "reference/guardian", "--judge", "reference/judge")
+    first, second = (benchmark_runner.run_creating_one_folder(*args, "-k", "conduit", f"--shard={k}/2")[1] for k in (1, 2))
+    third = benchmark_runner.run_creating_one_folder(*args, "-k", "conduit", "--shard=3/3")[1]
+    other = benchmark_runner.run_creating_one_folder(*args, "-k", "turing", "--shard=2/2")[1]
+    assert merge(first, third, out=tmp_path / "a") == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"N = 2 in {first}; N = 3 in {third}" in line
+    assert merge(first, other, out=tmp_path / "b") == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "shards were cut from different selections" in line and str(first) in line and str(other) in line
+    assert str(second) not in line
+
+
 def test_merge_refuses_a_thresholds_file_without_limits_for_the_controls_as_the_run_does(
     benchmark_runner: BenchmarkRunner, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

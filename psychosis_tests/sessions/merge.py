@@ -20,6 +20,7 @@ import datetime as dt
 import json
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -163,7 +164,8 @@ def _check_shards(runs: list[ShardRun]) -> None:
         raise MergeError(f"run {plain.name} was not run with --shard, but the others were; merge shards of one split")
     counts = {r.results.run.shard.count for r in sharded}  # type: ignore[union-attr]
     if len(counts) > 1:
-        raise MergeError(f"shards of different splits (--shard K/N with N = {', '.join(map(str, sorted(counts)))})")
+        each = _runs_by(sharded, lambda r: f"N = {r.results.run.shard.count}")  # type: ignore[union-attr]
+        raise MergeError(f"shards of different splits (--shard K/N with {each})")
     (count,) = counts
     by_index: dict[int, str] = {}
     for run in runs:
@@ -176,13 +178,22 @@ def _check_shards(runs: list[ShardRun]) -> None:
         raise MergeError(
             f"shard(s) {', '.join(f'{i}/{count}' for i in missing)} missing: give all {count} shards' run folders"
         )
-    selections = {r.results.run.selection.hash for r in runs if r.results.run.selection is not None}
-    if len(selections) > 1:
-        raise MergeError("shards were cut from different selections of cases (-k, -m or --model differ between jobs)")
+    known_runs = [r for r in runs if r.results.run.selection is not None]
+    if len({r.results.run.selection.hash for r in known_runs}) > 1:  # type: ignore[union-attr]
+        each = _runs_by(known_runs, lambda r: f"{r.results.run.selection.cases} cases {r.results.run.selection.hash}")  # type: ignore[union-attr]
+        raise MergeError(f"shards were cut from different selections of cases (-k, -m or --model differ between jobs: {each})")
     known = [r.results.run.selection for r in runs if r.results.run.selection is not None]
     total = sum(len(r.results.cases) for r in runs)
     if known and total != known[0].cases:
         raise MergeError(f"the shards hold {total} cases, but the selection they were cut from had {known[0].cases}")
+
+
+def _runs_by(runs: list[ShardRun], what: Callable[[ShardRun], str]) -> str:
+    """Each value of `what` with the folders of the runs that have it, for a one-line reason."""
+    folders: dict[str, list[str]] = {}
+    for run in _in_order(runs):
+        folders.setdefault(what(run), []).append(str(run.path))
+    return "; ".join(f"{value} in {', '.join(paths)}" for value, paths in sorted(folders.items()))
 
 
 def build_plan(runs: list[ShardRun], inputs: MergeInputs) -> Plan:
