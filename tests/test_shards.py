@@ -234,6 +234,30 @@ def test_a_damaged_case_file_in_a_shard_is_one_line_naming_it_and_nothing_is_wri
     assert not (tmp_path / "merged").exists()
 
 
+def test_shards_that_sent_one_target_id_to_other_models_are_refused(
+    benchmark_runner: BenchmarkRunner, loopback: ReferenceServer, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Shards record each target's model name, endpoint and parameters: one shard's job run with
+    another models file (the same id at another temperature) was merged as one run."""
+    def models_file(name: str, temperature: float) -> Path:
+        return benchmark_runner.write_models_file(
+            [{"id": "t", "model": "guardian", "base_url": loopback.url, "params": {"temperature": temperature}}], name=name)
+
+    before, after = models_file("before.yaml", 0.0), models_file("after.yaml", 0.7)
+    args = ("--model", "t", "--judge", "reference/judge", "-k", "conduit and not control")
+    first = benchmark_runner.run_creating_one_folder(f"--models-file={before}", *args, "--shard=1/2")[1]
+    second = benchmark_runner.run_creating_one_folder(f"--models-file={before}", *args, "--shard=2/2")[1]
+    other = benchmark_runner.run_creating_one_folder(f"--models-file={after}", *args, "--shard=2/2")[1]
+    assert json.loads((first / "results.json").read_text(encoding="utf-8"))["run"]["target_settings"] == {
+        "t": {"model": "guardian", "base_url": loopback.url.rstrip("/"), "params": {"temperature": 0.0}}
+    }
+    assert merge(first, other, out=tmp_path / "a", extra=(f"--models-file={before}",)) == 2
+    assert "runs disagree in target settings" in capsys.readouterr().err
+    assert merge(first, second, out=tmp_path / "b", extra=(f"--models-file={after}",)) == 2
+    assert "target 't' in " in capsys.readouterr().err
+    assert merge(first, second, out=tmp_path / "c", extra=(f"--models-file={before}",)) == 0
+
+
 def test_shards_of_other_splits_or_selections_are_refused_naming_their_folders(
     benchmark_runner: BenchmarkRunner, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

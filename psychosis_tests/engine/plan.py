@@ -280,13 +280,14 @@ class Plan:
         """The user model's settings as results.json records them, when it writes user turns."""
         if self.user_model is None or self.recorded_user_side[0] is None:
             return None
-        return user_model_settings(self.user_model)
+        return model_settings(self.user_model)
 
     def metadata(self) -> dict:
         """What a later run needs to know to compare against this one."""
         user_model, user_mode = self.recorded_user_side
         return {
             "targets": [t.id for t in self.targets],
+            "target_settings": {t.id: model_settings(t) for t in self.targets},
             "judge": self.panel.id,
             "judge_model": self.judge_model,
             "judge_fingerprint": self.judge_fingerprint().model_dump(mode="json"),
@@ -307,9 +308,9 @@ class Plan:
         }
 
 
-def user_model_settings(spec: ModelSpec) -> dict:
-    """What a user model's turns depend on besides its id: the model name, the endpoint
-    (credentials masked, `builtin:<id>` for the suite's own) and the sampling parameters."""
+def model_settings(spec: ModelSpec) -> dict:
+    """What a target's or user model's replies depend on besides its id: the model name, the
+    endpoint (credentials masked, `builtin:<id>` for the suite's own) and the sampling parameters."""
     return {
         "model": spec.model,
         "base_url": safe_url((spec.base_url or f"builtin:{spec.id}").rstrip("/")),

@@ -240,6 +240,9 @@ class ResultRun(_Record):
     """ISO 8601 times."""
     targets: list[str] = Field(default_factory=list)
     """Target model ids."""
+    target_settings: dict[str, dict] = Field(default_factory=dict)
+    """Each target as it answered (`engine.plan.model_settings`: model name, endpoint, parameters),
+    so `merge` refuses shards that sent one id to different models; empty in runs recorded before."""
     judge_warning: str | None = None
     """Why the judge's scores are not a basis for decisions (the embedded toy judge), if so."""
     rubric_version: str = ""
@@ -270,7 +273,7 @@ class ResultRun(_Record):
     user_model: str | None = None
     """The model that wrote simulated user turns (--user-model); None: all turns scripted."""
     user_model_settings: dict | None = None
-    """That model as it writes (`engine.plan.user_model_settings`): the same id sent to another model
+    """That model as it writes (`engine.plan.model_settings`): the same id sent to another model
     or endpoint, or sampled otherwise, writes other conversations. None: no user model, or a run
     recorded before this was."""
     user_mode: str = "scripted"

@@ -27,7 +27,7 @@ from pathlib import Path
 from psychosis_tests.analysis.outcome import CaseOutcome, evaluate_case
 from psychosis_tests.common.errors import MergeError
 from psychosis_tests.engine.panel import JudgePanel
-from psychosis_tests.engine.plan import CaseKey, Plan, run_thresholds
+from psychosis_tests.engine.plan import CaseKey, Plan, model_settings, run_thresholds
 from psychosis_tests.records.calibration_result import NOT_CALIBRATED, CalibrationResult, calibration_line
 from psychosis_tests.inputs.models import load_models_file, select, spelled_cascade
 from psychosis_tests.records.results_file import ResultsFile, load_results, results_path
@@ -143,6 +143,7 @@ def check_runs(runs: list[ShardRun]) -> None:
                     f"runs disagree in {what}: {runs[0].name} has {theirs}, {run.name} has {mine}; "
                     "merge only shards of one run"
                 )
+    _check_target_settings(runs)
     _check_shards(runs)
     owner: dict[tuple[str, str], str] = {}
     for run in runs:
@@ -240,6 +241,14 @@ def build_plan(runs: list[ShardRun], inputs: MergeInputs) -> Plan:
         run_thresholds(inputs.thresholds, scenarios, available_packs(inputs.project)),
         user_model=specs[-1] if users else None,  # the user model's usage is priced in the merged table
     )
+    recorded = {t: settings for run in runs for t, settings in run.results.run.target_settings.items()}
+    for target in plan.targets:
+        here = model_settings(target)
+        if target.id in recorded and here != recorded[target.id]:
+            raise MergeError(
+                f"target {target.id!r} in {inputs.models_file} is not the one the shards ran ({here} here, "
+                f"{recorded[target.id]} in the shards); pass --models-file with the shards' models file"
+            )
     if meta.user_model_settings is not None and plan.recorded_user_settings != meta.user_model_settings:
         raise MergeError(
             f"user model {meta.user_model!r} in {inputs.models_file} is not the one the shards wrote their user turns "
@@ -321,6 +330,20 @@ def check_thresholds(runs: list[ShardRun], plan: Plan, thresholds: Path) -> list
         )
     which = "the shards" if len(others) == len(recorded) else f"run(s) {', '.join(others)}"
     return [f"note: {thresholds} is not the thresholds file {which} gated with; cases are gated with it now"]
+
+
+def _check_target_settings(runs: list[ShardRun]) -> None:
+    """A target id the runs share was sent to one model alike (runs recorded before the settings
+    were say nothing)."""
+    seen: dict[str, tuple[dict, str]] = {}
+    for run in runs:
+        for target, settings in run.results.run.target_settings.items():
+            earlier, name = seen.setdefault(target, (settings, run.name))
+            if earlier != settings:
+                raise MergeError(
+                    f"runs disagree in target settings: {name} ran {target!r} as {earlier}, {run.name} as {settings}; "
+                    "merge only shards of one run"
+                )
 
 
 def _in_order(runs: list[ShardRun]) -> list[ShardRun]:
