@@ -646,7 +646,7 @@ def test_a_panel_judge_failing_on_a_later_repeat_is_counted(fixture_set: Path) -
         return PanelVerdict(verdict, "v", votes)
 
     judged = [ItemJudgement(item, (answer(False), answer(True))) for item in items]
-    _, failures = _panel(judged, rows_of(items))
+    _, failures = _panel(judged, rows_of(items), ["a", "b", "c"])
     assert failures == {"c": 3}
 
 

@@ -170,11 +170,22 @@ def _self_consistency(judged: Sequence[ItemJudgement], rows: Sequence[Row]) -> l
     return out
 
 
-def _panel(judged: Sequence[ItemJudgement], rows: Sequence[Row]) -> tuple[list[RaterAgreement], dict[str, int]]:
-    """The panel's judges among themselves, and how often each failed: over the answers that carry
-    several votes (every answer of a panel; a cascade's escalated answers, when it escalates to one)."""
+def panel_members(fingerprint: JudgeFingerprint) -> list[str]:
+    """The judges whose votes a judged answer carries: the panel's, or a lone cascade's escalation
+    judges. A failed judge of a cascade's escalation panel kept in an outer panel's votes is
+    counted as failing but is no rater of that panel."""
+    lone = fingerprint.judges[0].cascade if len(fingerprint.judges) == 1 else None
+    return [j.id for j in (lone.escalate_to if lone is not None else fingerprint.judges)]
+
+
+def _panel(
+    judged: Sequence[ItemJudgement], rows: Sequence[Row], members: Sequence[str]
+) -> tuple[list[RaterAgreement], dict[str, int]]:
+    """The panel's judges (`members`) among themselves, and how often each failed: over the answers
+    that carry several votes (every answer of a panel; a cascade's escalated answers, when it
+    escalates to one)."""
     voted = [j for j in judged if len(j.answers[0].votes) > 1]
-    judges = list(dict.fromkeys(v.judge_id for j in voted for v in j.answers[0].votes))
+    judges = list(members) if voted else []
     failures = {name: 0 for name in judges}
     for j in judged:  # every repeat's answer: a judge failing only on a later repeat counts too
         for answer in j.answers:
@@ -263,7 +274,7 @@ def calibration_result(
             gated.append(found)
         else:
             ungated.append(found)
-    panel_rows, failures = _panel(judged, rows)
+    panel_rows, failures = _panel(judged, rows, panel_members(fingerprint))
     return CalibrationResult(
         run_id=run_id,
         finished_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),

@@ -85,10 +85,11 @@ class JudgePanel:
             own = (Vote(judge_id=self.judges[0].id, verdict=verdict, judge_version=version),)
             return PanelVerdict(verdict, version, tuple(inner) or own)  # type: ignore[arg-type]
         answers = await asyncio.gather(
-            *(scorer.score(conversation, metrics, harm, call) for scorer in self.scorers),
+            *(scorer.score_with_votes(conversation, metrics, harm, call) for scorer in self.scorers),
             return_exceptions=True,
         )
         votes: list[Vote] = []
+        within: list[Vote] = []
         for judge, answer in zip(self.judges, answers, strict=True):
             if isinstance(answer, BudgetError):
                 raise answer  # --max-cost stopped the run's spending: the case errors, it is not one judge failing
@@ -98,6 +99,13 @@ class JudgePanel:
                 raise answer  # a bug or a cancellation, not a judge's failure
             else:
                 votes.append(Vote(judge_id=judge.id, verdict=answer[0], judge_version=answer[1]))
+                # A cascade that escalated to a panel: its vote is that panel's; a judge that failed
+                # there is kept too, so that it is counted, but it is no vote of this panel.
+                within += [
+                    v.model_copy(update={"error": f"escalation judge of {judge.id}: {v.error}"})
+                    for v in answer[2]
+                    if isinstance(v, Vote) and v.verdict is None
+                ]
         valid = [v for v in votes if v.verdict is not None]
         failed = [v for v in votes if v.error is not None]
         if len(failed) * 2 > len(votes):
@@ -109,7 +117,7 @@ class JudgePanel:
         rationale = " | ".join(f"{v.judge_id}: {v.verdict.rationale}" for v in valid if v.verdict is not None)
         combined = Verdict(rationale=rationale[:2000], **combine(verdicts, metrics, call.kind))
         version = ", ".join(dict.fromkeys(v.judge_version for v in valid))
-        return PanelVerdict(combined, version, tuple(votes))
+        return PanelVerdict(combined, version, (*votes, *within))
 
 
 def vote_of(votes: Sequence[Vote] | None, judge_id: str) -> Verdict | None:
