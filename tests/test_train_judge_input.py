@@ -168,14 +168,17 @@ def test_a_copy_of_a_calibration_reply_is_refused_naming_the_item_file_and_field
 @pytest.fixture(scope="module")
 def past_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A benchmark run folder: the reference guardian on conduit-explicit, judged by the reference judge."""
-    reports = tmp_path_factory.mktemp("runs")
+    return benchmark_run(tmp_path_factory.mktemp("runs"), "--model=reference/guardian", "--judge=reference/judge")
+
+
+def benchmark_run(reports: Path, *options: str, selection: str = "conduit-explicit and not control", status: int = 0) -> Path:
+    """The one run folder a benchmark run in a process of its own writes into `reports`."""
     done = subprocess.run(
         [sys.executable, "-m", "pytest", str(REPO / "psychosis_tests" / "test_benchmark.py"), "-p", "no:cacheprovider",
-         "--model=reference/guardian", "--judge=reference/judge", f"--report-dir={reports}",
-         "-k", "conduit-explicit and not control"],
+         *options, f"--report-dir={reports}", "-k", selection],
         cwd=REPO, capture_output=True, text=True, timeout=300, env=subprocess_environment(),
     )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert done.returncode == status, done.stdout[-2000:] + done.stderr[-2000:]
     (run_dir,) = reports.glob("2*")
     return run_dir
 
@@ -349,14 +352,7 @@ def test_a_run_judged_by_the_trained_judge_is_refused_naming_the_run_folder(
 ) -> None:
     """Its verdicts are the trained judge's own (as a cascade's first judge's are): the run was taken
     whole and the judge trained on its own verdicts."""
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", str(REPO / "psychosis_tests" / "test_benchmark.py"), "-p", "no:cacheprovider",
-         "--model=reference/guardian", *(f"--judge={j}" for j in judges), f"--report-dir={tmp_path / 'runs'}",
-         "-k", "conduit-explicit and not control"],
-        cwd=REPO, capture_output=True, text=True, timeout=300, env=subprocess_environment(),
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    (run,) = (tmp_path / "runs").glob("2*")
+    run = benchmark_run(tmp_path / "runs", "--model=reference/guardian", *(f"--judge={j}" for j in judges))
     out = tmp_path / "x.npz"
     code = cli.main(["train-judge", "--corpus", str(tiny_corpus(tmp_path / "corpus")), "--from-run", str(run),
                      "--no-cross-validation", "--no-gate", "--out", str(out)])  # fmt: skip
@@ -371,16 +367,8 @@ def test_a_merged_run_given_with_one_of_its_shards_is_refused_naming_both(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The shard's turns are the merged run's too, under another run id: each was taken twice."""
-    shards = []
-    for k in (1, 2):
-        done = subprocess.run(
-            [sys.executable, "-m", "pytest", str(REPO / "psychosis_tests" / "test_benchmark.py"), "-p", "no:cacheprovider",
-             "--model=reference/guardian", "--judge=reference/judge", f"--shard={k}/2", f"--report-dir={tmp_path / str(k)}",
-             "-k", "conduit-explicit"],
-            cwd=REPO, capture_output=True, text=True, timeout=300, env=subprocess_environment(),
-        )  # fmt: skip
-        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-        shards += list((tmp_path / str(k)).glob("2*"))
+    shards = [benchmark_run(tmp_path / str(k), "--model=reference/guardian", "--judge=reference/judge", f"--shard={k}/2",
+                            selection="conduit-explicit") for k in (1, 2)]  # fmt: skip
     merged = tmp_path / "merged"
     assert cli.main(["merge", "--out", str(merged), *map(str, shards)]) == 0
     capsys.readouterr()
@@ -397,14 +385,7 @@ def test_a_merged_run_given_with_one_of_its_shards_is_refused_naming_both(
 def test_an_errored_case_is_counted_as_skipped_in_the_progress_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """An errored case's transcript file keeps no turns: the run gave 0 items and the progress lines
     said nothing of why."""
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", str(REPO / "psychosis_tests" / "test_benchmark.py"), "-p", "no:cacheprovider",
-         "--model=reference/fail-500", "--judge=reference/judge", f"--report-dir={tmp_path / 'runs'}",
-         "-k", "conduit-explicit and not control"],
-        cwd=REPO, capture_output=True, text=True, timeout=300, env=subprocess_environment(),
-    )  # fmt: skip
-    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
-    (run,) = (tmp_path / "runs").glob("2*")
+    run = benchmark_run(tmp_path / "runs", "--model=reference/fail-500", "--judge=reference/judge", status=1)
     out = tmp_path / "x.npz"
     code = cli.main(["train-judge", "--corpus", str(tiny_corpus(tmp_path / "corpus")), "--from-run", str(run),
                      "--no-cross-validation", "--no-gate", "--out", str(out)])  # fmt: skip

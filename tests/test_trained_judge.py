@@ -372,10 +372,11 @@ def test_damaged_bytes_stop_the_load_with_one_line_naming_the_file(tmp_path: Pat
     assert "\n" not in message and message.startswith(f"{damaged}: ") and expected in message, message
 
 
-def test_calibrate_with_a_byte_flipped_model_file_stops_with_one_line_exit_2(tmp_path: Path, model_file: Path) -> None:
-    damaged = byte_flipped(model_file, tmp_path / "damaged.npz")
+def calibrated_with_model_file(tmp_path: Path, model_file: Path) -> str:
+    """`calibrate --judge` an entry {kind: trained, model_file: ...} on one item, in a subprocess:
+    the one line it stops with, exit status 2."""
     models = tmp_path / "models.yaml"
-    models.write_text(f"models:\n  - {{id: mine, model: m, kind: trained, model_file: {damaged}}}\n")
+    models.write_text(f"models:\n  - {{id: mine, model: m, kind: trained, model_file: {model_file}}}\n")
     items = write_lines(tmp_path / "items.jsonl", [item(1, GROUNDING[0], 0, 0, 1)])
     done = subprocess.run(
         [sys.executable, "-m", "psychosis_tests", "calibrate", "--judge", "mine", f"--models-file={models}",
@@ -384,7 +385,13 @@ def test_calibrate_with_a_byte_flipped_model_file_stops_with_one_line_exit_2(tmp
     )  # fmt: skip
     assert done.returncode == 2, done.stdout + done.stderr
     lines = [line for line in done.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and f"{damaged}: not a trained judge model file (error: " in lines[0], done.stderr
+    assert len(lines) == 1, done.stderr
+    return lines[0].removeprefix("psychosis-bench calibrate: ")
+
+
+def test_calibrate_with_a_byte_flipped_model_file_stops_with_one_line_exit_2(tmp_path: Path, model_file: Path) -> None:
+    damaged = byte_flipped(model_file, tmp_path / "damaged.npz")
+    assert f"{damaged}: not a trained judge model file (error: " in calibrated_with_model_file(tmp_path, damaged)
 
 
 def with_meta(source: Path, target: Path, edit) -> Path:
@@ -508,22 +515,9 @@ def test_the_shipped_model_file_records_the_hash_of_its_metadata() -> None:
                                   "block-weight-changed", "older-format"])  # fmt: skip
 def test_calibrate_with_an_edited_metadata_stops_with_one_line_exit_2(tmp_path: Path, model_file: Path, edit: str) -> None:
     """Through the real command: `calibrate --judge` an entry {kind: trained, model_file: ...}."""
-    import subprocess
-
     change, expected = META_EDITS[edit]
     edited = with_meta(model_file, tmp_path / f"{edit}.npz", change)
-    models = tmp_path / "models.yaml"
-    models.write_text(f"models:\n  - {{id: mine, model: m, kind: trained, model_file: {edited}}}\n")
-    items = write_lines(tmp_path / "items.jsonl", [item(1, GROUNDING[0], 0, 0, 1)])
-    done = subprocess.run(
-        [sys.executable, "-m", "psychosis_tests", "calibrate", "--judge", "mine", f"--models-file={models}",
-         "--items", str(items), "--cache-mode", "off", f"--report-dir={tmp_path / 'r'}"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 2, done.stdout + done.stderr
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, done.stderr
-    assert_one_line_naming(lines[0].removeprefix("psychosis-bench calibrate: "), edited, expected)
+    assert_one_line_naming(calibrated_with_model_file(tmp_path, edited), edited, expected)
 
 
 def judged_by_model_file(tmp_path: Path, model_file: Path) -> subprocess.CompletedProcess[str]:
