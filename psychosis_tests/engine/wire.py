@@ -119,11 +119,11 @@ def _chat_reply(data: dict, *, default_model: str, accept_refusal: bool) -> Repl
         raise BadReply(f"returned no reply text (content {json.dumps(text)})")
     elif not text.strip():
         raise BadReply(f"returned an empty reply (content {_quote(text)})")
-    for field, value in (("reply", text), ("'model' field", version), ("refusal", refusal or "")):
+    for part, value in (("reply", text), ("'model' field", version), ("refusal", refusal or "")):
         found = _SURROGATE.search(value)
         if found:
             raise BadReply(
-                f"returned a {field} holding a lone surrogate (\\u{ord(found.group()):04x} at character "
+                f"returned a {part} holding a lone surrogate (\\u{ord(found.group()):04x} at character "
                 f"{found.start()}), which is not text: the endpoint's JSON encoder is broken"
             )
     # A key the run read for a call, echoed back (a proxy's error text answered as a reply), is
