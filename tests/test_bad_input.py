@@ -378,7 +378,8 @@ def test_a_models_file_key_problem_is_told_in_plain_words(run: Run, entry: dict,
     ("change", "detail"),
     [
         (lambda d: d.pop("title"), ": (top level): required key 'title' is missing"),
-        (lambda d: d.update(titel=d.pop("title")), ": (top level): unknown key 'titel' (did you mean 'title'?); expected id, title, "),
+        (lambda d: d.update(titel=d.pop("title")), ": (top level): unknown key 'titel' (did you mean 'title'?); expected id, title, "
+         "archetype, variant, kind, theme, harm_type, harm_description, persona, phases (and 1 more problem)"),
         (lambda d: d.update(harm_description=" \n "), ": harm_description: is blank"),
         (lambda d: d["persona"].update(voice="   "), ": persona.voice: is blank"),
     ],

@@ -180,13 +180,14 @@ def _dotted(loc: tuple) -> str:
 
 
 def _keys_at(model: type[BaseModel], loc: tuple) -> list[str]:
-    """The keys the schema allows at `loc` inside a `model` document; [] where it is no model."""
+    """The keys the schema allows at `loc` inside a `model` document; [] where it is no model. A
+    field excluded from serialisation (a scenario's `pack`) is set by the loader, never written."""
     node: object = model
     for part in loc:
         node = _step(node, part)
     node = _step(node, None)
     if isinstance(node, type) and issubclass(node, BaseModel):
-        return [field.alias or name for name, field in node.model_fields.items()]
+        return [field.alias or name for name, field in node.model_fields.items() if not field.exclude]
     return []
 
 
