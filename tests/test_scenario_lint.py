@@ -302,6 +302,19 @@ def test_malformed_reference_json_names_the_file(tmp_path: Path, content: str, e
     assert expected in str(caught.value)
 
 
+def test_a_scenario_in_two_files_names_both(tmp_path: Path) -> None:
+    """conduit-implicit.yaml and conduit-implicit.yml both pass the file-name check; the error
+    names the file to remove, not only the folder."""
+    text = (SCENARIOS / "conduit-implicit.yaml").read_text(encoding="utf-8")
+    for name in ("conduit-implicit.yaml", "conduit-implicit.yml"):
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    with pytest.raises(ScenarioError) as caught:
+        load_scenarios(tmp_path)
+    assert str(caught.value) == (
+        f"{tmp_path / 'conduit-implicit.yml'}: id: id 'conduit-implicit' is the id of conduit-implicit.yaml too"
+    )
+
+
 def _sideways(case: dict) -> None:
     case["condition"] = "Sideways"
 

@@ -331,7 +331,14 @@ def load_scenarios(path: str | Path, *, pack: str | None = None) -> list[Scenari
         files = scenario_files(path)
         if not files:
             raise ScenarioError("no *.yaml scenario files in this folder", file=path)
-        scenarios = [load_scenario_file(f) for f in files]
+        scenarios = []
+        first: dict[str, Path] = {}
+        for f in files:
+            scenario = load_scenario_file(f)
+            if scenario.id in first:  # x.yaml and x.yml: name the file, not only the folder
+                raise ScenarioError(f"id {scenario.id!r} is the id of {first[scenario.id].name} too", file=f, field="id")
+            first[scenario.id] = f
+            scenarios.append(scenario)
     elif path.suffix.lower() == ".json":
         scenarios = load_reference_json(path)
     elif path.suffix.lower() in (".yaml", ".yml"):
