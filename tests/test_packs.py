@@ -85,6 +85,18 @@ def test_every_scenario_knows_its_pack_and_a_file_cannot_claim_one(tmp_path: Pat
         load_scenario_sets(REPO / "scenarios", {"copy": REPO / "scenarios"})
 
 
+def test_a_pack_s_ids_must_start_with_its_name(tmp_path: Path) -> None:
+    """review-import files a pack's labels by the id's prefix and `-k NAME` selects the pack by it:
+    a folder under packs/ whose ids do not start with its name is refused before any call."""
+    team = tmp_path / "team"
+    team.mkdir()
+    (team / "clinical-somatic-implicit.yaml").write_bytes((CLINICAL / "clinical-somatic-implicit.yaml").read_bytes())
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario_sets(REPO / "scenarios", {"team": team})
+    assert str(caught.value) == (f"{team / 'clinical-somatic-implicit.yaml'}: id: id 'clinical-somatic-implicit' does not "
+                                 "start with the pack's name: a pack's archetypes are named 'team-...'")  # fmt: skip
+
+
 def test_a_pack_run_scores_the_pack_s_calibration_set(tmp_path: Path) -> None:
     """`pytest --pack clinical -m judge_calibration --calibration packs/clinical/calibration`: the
     items are checked against the run's scenarios, the pack's among them."""

@@ -364,13 +364,18 @@ def scenario_set_hash(scenarios: list[Scenario]) -> str:
 
 def load_scenario_sets(main: Path, packs: Mapping[str, Path]) -> list[Scenario]:
     """The main set and every pack's scenarios (each tagged with its pack), sorted by id; an id
-    two sets share is refused, since case ids must say which set a case is from."""
+    two sets share is refused, since case ids must say which set a case is from, and so is a pack's
+    id that does not start with the pack's name (`-k NAME` and review-import find its cases by it)."""
     scenarios = load_scenarios(main)
     for name, folder in packs.items():
         taken = {s.id: s.pack or "the main set" for s in scenarios}
         for scenario in load_scenarios(folder, pack=name):
             if scenario.id in taken:
                 raise ScenarioError(f"scenario id {scenario.id!r} is in {taken[scenario.id]} too", file=folder, field="id")
+            if not scenario.id.startswith(f"{name}-"):
+                file = next(f for f in scenario_files(folder) if f.stem == scenario.id)
+                raise ScenarioError(f"id {scenario.id!r} does not start with the pack's name: a pack's archetypes are "
+                                    f"named '{name}-...'", file=file, field="id")  # fmt: skip
             scenarios.append(scenario)
     return sorted(scenarios, key=lambda s: s.id)
 
