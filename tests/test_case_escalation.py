@@ -17,7 +17,7 @@ import pytest
 
 from psychosis_tests import __main__ as cli
 from psychosis_tests.analysis.outcome import evaluate_case
-from psychosis_tests.engine.case_escalation import NOT_DECISIVE, applies, decisive
+from psychosis_tests.engine.case_escalation import NOT_DECISIVE, decisive
 from psychosis_tests.engine.conversation import Transcript, Turn
 from psychosis_tests.engine.plan import Plan
 from psychosis_tests.inputs.method import METRIC_SPEC, scope
@@ -128,26 +128,26 @@ def test_with_repeats_the_phase_pools_the_conversations(tmp_path: Path) -> None:
 
 
 def test_the_case_by_case_choice_is_off_where_its_reasoning_does_not_hold(tmp_path: Path) -> None:
-    assert applies(_plan(tmp_path))
+    assert _plan(tmp_path).case_by_case
     earlier = tmp_path / "earlier" / "results.json"
     earlier.parent.mkdir()
     earlier.write_text(json.dumps({"format": "psychosis-bench-results/1", "run": {"run_id": "r", "judge": "trained>reference/judge",
                                    "scenario_set_hash": "x"}, "cases": []}), encoding="utf-8")  # fmt: skip
-    assert applies(_plan(tmp_path, baseline=str(earlier), force_baseline=True))  # a baseline changes no escalation
+    assert _plan(tmp_path, baseline=str(earlier), force_baseline=True).case_by_case  # a baseline changes no escalation
     trajectory = tmp_path / "thresholds.yaml"
     text = (REPO / "thresholds.yaml").read_text(encoding="utf-8")
     trajectory.write_text(text + "\ntrajectory: {earliest_validation_turn: 6}\n", encoding="utf-8")
-    assert not applies(_plan(tmp_path, thresholds=str(trajectory)))
+    assert not _plan(tmp_path, thresholds=str(trajectory)).case_by_case
     bound = tmp_path / "bound.yaml"
     bound.write_text(text.replace("gate: mean ", "gate: bound "), encoding="utf-8")
-    assert applies(_plan(tmp_path, thresholds=str(bound)))  # one repeat: the bound is the mean
-    assert not applies(_plan(tmp_path, thresholds=str(bound), repeats=3))
+    assert _plan(tmp_path, thresholds=str(bound)).case_by_case  # one repeat: the bound is the mean
+    assert not _plan(tmp_path, thresholds=str(bound), repeats=3).case_by_case
     own = tmp_path / "pack.yaml"  # a pack's own limits have no gate of their own: the file's gate is theirs
     own.write_text(text + "\npacks: {clinical: {controls: {occ: {pattern-seeking: 'off'}}}}\n", encoding="utf-8")
-    assert applies(_plan(tmp_path, thresholds=str(own), pack=["clinical"]))
+    assert _plan(tmp_path, thresholds=str(own), pack=["clinical"]).case_by_case
     bound_own = tmp_path / "bound-pack.yaml"
     bound_own.write_text(own.read_text(encoding="utf-8").replace("gate: mean ", "gate: bound "), encoding="utf-8")
-    assert not applies(_plan(tmp_path, thresholds=str(bound_own), pack=["clinical"], repeats=3))
+    assert not _plan(tmp_path, thresholds=str(bound_own), pack=["clinical"], repeats=3).case_by_case
 
 
 def _verdicts(run_dir: Path) -> list[dict]:
@@ -224,6 +224,36 @@ def test_estimate_plans_a_cascade_from_the_rate_its_last_run_measured(
     assert after.escalation(after.panel.judges[0]) == (measured, f"measured by run {run_dir.name}")
     other = Plan.load(resolve((values | {"escalate_threshold": "0.8"}).get, {}, REPO))  # another cascade
     assert other.escalation(other.panel.judges[0])[1].startswith("no measured rate")
+
+
+def test_estimate_of_a_cascade_that_escalates_every_doubtful_turn_counts_a_past_runs_doubtful_turns(
+    benchmark_runner: BenchmarkRunner, loopback: ReferenceServer
+) -> None:
+    """A run that settled its cases alone escalated only its decisive turns; in a panel, or with
+    trajectory limits, the same cascade escalates every doubtful one, so it is planned on those."""
+    models = benchmark_runner.write_models_file([
+        {"id": "expensive", "model": "judge", "base_url": loopback.url},
+        {"id": "cascade", "kind": "cascade", "first": "trained", "escalate_to": "expensive", "thresholds": {"dcs": 0.9, "hes": 0.9}},
+    ])  # fmt: skip
+    args = (f"--models-file={models}", "--model=reference/mixed", "-k", "conduit and not control")
+    _, alone = benchmark_runner.run_creating_one_folder(*args, "--judge=cascade")
+    measured = json.loads((alone / "summary.json").read_text(encoding="utf-8"))["escalation"]
+    doubtful = (measured["escalated_turns"] + measured["kept_doubtful_turns"]) / measured["judged_turns"]
+    assert measured["kept_doubtful_turns"] and measured["rate"] < doubtful
+
+    def planned(**values: object) -> float:
+        chosen = {"model": ["reference/mixed"], "judge": ["cascade"], "models_file": str(models),
+                  "report_dir": str(benchmark_runner.report_dir)} | values  # fmt: skip
+        plan = Plan.load(resolve(chosen.get, {}, REPO))
+        return plan.escalation(plan.panel.judges[0])[0]
+
+    trajectory = benchmark_runner.path / "trajectory.yaml"
+    trajectory.write_text((REPO / "thresholds.yaml").read_text(encoding="utf-8") + "\ntrajectory: {max_drift: 1}\n", encoding="utf-8")
+    assert planned() == pytest.approx(measured["rate"])
+    assert planned(judge=["cascade", "reference/judge"]) == pytest.approx(doubtful)
+    assert planned(thresholds=str(trajectory)) == pytest.approx(doubtful)
+    _, in_panel = benchmark_runner.run_creating_one_folder(*args, "--judge=cascade", "--judge=reference/judge")
+    assert json.loads((in_panel / "summary.json").read_text(encoding="utf-8"))["escalation"]["rate"] == pytest.approx(doubtful)
 
 
 def test_a_baseline_changes_no_escalation_and_an_identical_run_shows_no_regression(

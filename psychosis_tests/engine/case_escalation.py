@@ -15,7 +15,7 @@ The gate breaks a case when any phase metric breaks its limit, each phase metric
 one way with each of its scores, and phase metrics do not share scores: so this finds exactly
 the turns whose scores can still decide the case. That reasoning holds for `gate: mean` and
 phase limits only, so with trajectory limits or `gate: bound` over repeats the cascade escalates
-every doubtful turn as it comes (`applies` is false). A doubtful turn that is not escalated keeps
+every doubtful turn as it comes (`Plan.case_by_case` is false). A doubtful turn that is not escalated keeps
 its first judge's verdict and says why in `Verdict.kept`.
 
 A --baseline does not change which turns are escalated. The baseline run chose its escalations by
@@ -38,7 +38,6 @@ from psychosis_tests.engine.plan import Plan
 from psychosis_tests.inputs.models import calling_judges
 from psychosis_tests.inputs.method import METRIC_SPEC, scope
 from psychosis_tests.inputs.scenarios import Scenario
-from psychosis_tests.inputs.thresholds import TrajectoryLimits
 from psychosis_tests.inputs.rubric import Verdict
 from psychosis_tests.inputs.usage import total
 
@@ -56,18 +55,11 @@ Free = dict[tuple[int, int], list[str]]
 
 
 def case_cascade(plan: Plan) -> CascadeJudge | None:
-    """The run's judge when it is one cascade whose turns are settled case by case (`applies`)."""
+    """The run's judge when it is one cascade whose turns are settled case by case (`Plan.case_by_case`)."""
     scorers = plan.panel.scorers
-    if len(scorers) != 1 or not isinstance(scorers[0], CascadeJudge) or not applies(plan):
+    if len(scorers) != 1 or not isinstance(scorers[0], CascadeJudge) or not plan.case_by_case:
         return None
     return scorers[0]
-
-
-def applies(plan: Plan) -> bool:
-    """Whether the gate's reasoning of this module holds for the run (see the module docstring)."""
-    thresholds = plan.thresholds
-    bound = thresholds.gate == "bound"  # a pack's own limits (`packs:`) keep the file's gate
-    return thresholds.trajectory == TrajectoryLimits() and not (bound and plan.settings.repeats > 1)
 
 
 def decisive(transcripts: list[Transcript], free: Free, kind: str, passes: Passes) -> set[tuple[int, int]]:
@@ -126,7 +118,7 @@ async def settle(
     priority: int = 0,
 ) -> None:
     """Escalate the case's decisive doubtful turns and record on the others why their first
-    judge's verdicts stand (for runs where `applies`).
+    judge's verdicts stand (for runs where `Plan.case_by_case`).
 
     An escalated turn's new verdict may move its other scores too, so the choice is made again
     with them until no further doubtful turn is decisive."""

@@ -18,7 +18,7 @@ from psychosis_tests.records.baseline_run import Baseline, check_compatible
 from psychosis_tests.inputs.rubric import RUBRIC_VERSION
 from psychosis_tests.inputs.scenarios import Scenario, load_scenario_sets, pack_hashes, pack_ids, scenario_files, scenario_set_hash
 from psychosis_tests.inputs.settings import RunSettings, select_judges
-from psychosis_tests.inputs.thresholds import Thresholds, thresholds_hash, load_thresholds
+from psychosis_tests.inputs.thresholds import Thresholds, TrajectoryLimits, thresholds_hash, load_thresholds
 
 EMBEDDED_JUDGE_WARNING = (
     "the judge is the embedded 135M-parameter SmolLM2 model: it proves the pipeline runs offline; "
@@ -206,14 +206,24 @@ class Plan:
                     calls += share * sum(len(m) if part.judge_mode == "per-metric" else 1 for m in turns if m)
         return round(calls)
 
+    @property
+    def case_by_case(self) -> bool:
+        """Whether a cascade judging this run alone escalates only the doubtful turns that can decide
+        their case (engine/case_escalation.py): its reasoning holds for phase limits and `gate: mean`
+        only; otherwise the cascade escalates every doubtful turn as it comes."""
+        thresholds = self.thresholds
+        bound = thresholds.gate == "bound"  # a pack's own limits (`packs:`) keep the file's gate
+        return thresholds.trajectory == TrajectoryLimits() and not (bound and self.settings.repeats > 1)
+
     def escalation_rate(self, cascade: ModelSpec, *, measured: bool = True) -> float:
         """The share of judged turns a cascade is expected to escalate (`escalation`)."""
         return self.escalation(cascade, measured=measured)[0]
 
     def escalation(self, cascade: ModelSpec, *, measured: bool = True) -> tuple[float, str]:
         """A cascade's expected escalation rate and where it comes from: its entry's escalation_rate,
-        else the rate the newest run of the same cascade in the report folder measured (it escalates
-        only the turns that can decide a case), else the rate its newest calibration measured (every
+        else the rate the newest run of the same cascade in the report folder measured (or, where this
+        run escalates every doubtful turn, in a panel or not `case_by_case`, the share of that run's
+        turns that were doubtful), else the rate its newest calibration measured (every
         doubtful item: an upper bound for a run), else 1 (every turn: the most it can cost).
         `measured=False` skips the report folder (entry's rate, else 1): what the --shard split
         uses, so that it never depends on local history."""
@@ -223,7 +233,8 @@ class Plan:
             return 1.0, "no configured rate (escalation_rate): every turn counted"
         if cascade.id not in self._rates:
             fingerprint = judge_fingerprint([cascade]).hash
-            ran = measured_escalation(self.settings.report_dir, fingerprint)
+            every_doubtful = len(self.panel.judges) > 1 or not self.case_by_case
+            ran = measured_escalation(self.settings.report_dir, fingerprint, doubtful=every_doubtful)
             found = find_calibration(self.settings.report_dir, fingerprint, shipped=None) if ran is None else None
             if ran is not None:
                 self._rates[cascade.id] = (ran[0], f"measured by run {ran[1]}")

@@ -10,9 +10,11 @@ RUNS_SEARCHED = 20
 """How many of the newest run folders `measured_escalation` reads."""
 
 
-def measured_escalation(report_dir: Path, fingerprint: str) -> tuple[float, str] | None:
+def measured_escalation(report_dir: Path, fingerprint: str, *, doubtful: bool = False) -> tuple[float, str] | None:
     """The escalation rate a past run of the same cascade (same judge fingerprint) measured, and
-    its run id: the newest of the report folder's last RUNS_SEARCHED runs that has one."""
+    its run id: the newest of the report folder's last RUNS_SEARCHED runs that has one. With
+    `doubtful`, the share of its judged turns that were doubtful, escalated or kept: what a run
+    that escalates every doubtful turn would have escalated."""
     if not report_dir.is_dir():
         return None
     # Newest written first: a run folder's name is its start time only when pytest named it (a
@@ -26,5 +28,7 @@ def measured_escalation(report_dir: Path, fingerprint: str) -> tuple[float, str]
             continue  # a damaged or half-written run is no measurement
         escalation = run.get("escalation") or {}
         if (run.get("judge_fingerprint") or {}).get("hash") == fingerprint and escalation.get("judged_turns"):
-            return float(escalation["rate"]), str(run.get("run_id", run_dir.name))
+            kept = escalation.get("kept_doubtful_turns") or 0
+            rate = (escalation["escalated_turns"] + kept) / escalation["judged_turns"] if doubtful else float(escalation["rate"])
+            return rate, str(run.get("run_id", run_dir.name))
     return None
