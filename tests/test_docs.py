@@ -23,3 +23,12 @@ def test_every_option_of_every_command_is_documented() -> None:
         if option.startswith("--") and option != "--help" and not re.search(rf"{re.escape(option)}(?![\w-])", text)
     ]
     assert missing == []
+
+
+def test_the_merge_help_names_the_refusals_added_with_the_shards_settings() -> None:
+    """`merge --help` lists why runs cannot be merged; it missed the refusals of other user turns,
+    a target or user model sent elsewhere, a damaged case file and an unreadable --allure-from."""
+    (commands,) = (a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    text = commands.choices["merge"].description
+    for reason in ("repeats", "user turns", "endpoint or parameters", "damaged case file", "--allure-from folder"):
+        assert reason in text, reason

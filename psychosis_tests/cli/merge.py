@@ -23,8 +23,9 @@ def add_merge_command(commands: argparse._SubParsersAction) -> None:
         help="pool the run folders of a sharded run into one run; exit 1 when any case failed or errored",
         description="Pool the per-turn verdicts of the runs (e.g. `pytest --shard K/N` jobs), score them again "
         "and write one run folder. Exit status: 0 every case passed, 1 a case failed or errored, "
-        "2 the runs cannot be merged (overlap, a missing shard, another scenario set, judge or rubric, or a cascade's "
-        "shards gated with different thresholds files). "
+        "2 the runs cannot be merged (overlap, a missing shard, another scenario set, judge, rubric, repeats or user turns, "
+        "a target or user model sent to another model, endpoint or parameters, a cascade's shards gated with different "
+        "thresholds files, a damaged case file, or an --allure-from folder that cannot be read). "
         "Defaults, and the shards' scenario packs, are taken from the project folder (the one holding pyproject.toml).",
     )
     merge.add_argument("runs", type=user_path, nargs="+", metavar="RUN", help="a shard's run folder (or its results.json)")

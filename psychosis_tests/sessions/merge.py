@@ -2,7 +2,8 @@
 
 Each run folder given is one a `pytest --shard K/N` job (or a job of a per-model matrix) wrote.
 The merge checks that the runs make one run (no case twice, no shard missing or given twice, the
-same scenario set, judge, rubric and repeats; for a cascade, one thresholds file), then pools
+same scenario set, judge, rubric, repeats and user turns, each target and the user model sent alike;
+for a cascade, one thresholds file), then pools
 every case's per-turn verdicts from the transcripts in the runs' case files and scores them again
 exactly as a run in one job does: phase metrics, thresholds, the --baseline comparison, the
 benchmark statistics. Shard summaries are never averaged. It writes an ordinary run folder
