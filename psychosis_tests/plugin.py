@@ -55,7 +55,7 @@ OPTIONS: list[tuple[str, str, dict]] = [
     ("--repeats", "repeats", {"metavar": "N", "help": "conversations per case (distinct seeds); default: 1"}),
     ("--progress-interval", "progress_interval", {"metavar": "SECONDS", "help": "seconds between progress lines, 0 for none; default: 10"}),
     ("--baseline", "baseline", {"metavar": "PATH", "help": "compare each case with this earlier run (folder or results.json)"}),
-    ("--force-baseline", "force_baseline", {"action": "store_true", "help": "use --baseline even if its scenario set or judge differs"}),
+    ("--force-baseline", "force_baseline", {"action": "store_true", "help": "use --baseline even if its scenario set, judge or user turns differ"}),
     ("--user-model", "user_model", {"metavar": "ID", "help": "model id that plays the user (adaptive mode); default: none, the script plays the user"}),
     ("--user-mode", "user_mode", {"metavar": "MODE", "help": "adaptive (the user model writes every turn) | scripted (scripted turns verbatim, the user model writes only added turns); default: adaptive with --user-model"}),
     ("--turns", "turns", {"metavar": "N", "help": "user turns per conversation, the four phases stretched proportionally; default: as scripted (12)"}),

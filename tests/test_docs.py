@@ -32,3 +32,13 @@ def test_the_merge_help_names_the_refusals_added_with_the_shards_settings() -> N
     text = commands.choices["merge"].description
     for reason in ("repeats", "user turns", "endpoint or parameters", "damaged case file", "--allure-from folder"):
         assert reason in text, reason
+
+
+def test_the_force_options_help_names_user_turns() -> None:
+    """A baseline with other user turns (or user model settings) is refused too; the help of the
+    options that force a comparison named scenario sets and judges only."""
+    (commands,) = (a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    helps = {option: action.help for name in ("compare", "merge") for action in commands.choices[name]._actions
+             for option in action.option_strings if option in ("--force", "--force-baseline")}  # fmt: skip
+    assert set(helps) == {"--force", "--force-baseline"}
+    assert all("user turns" in text for text in helps.values()), helps

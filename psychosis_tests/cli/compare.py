@@ -73,7 +73,7 @@ def add_compare_command(commands: argparse._SubParsersAction) -> None:
         metavar="METRIC=VALUE",
         help="override one metric's tolerance, e.g. --tolerance hes=0.5 or occ=0.5 (repeatable)",
     )
-    compare.add_argument("--force", action="store_true", help="compare even across scenario sets or judges")
+    compare.add_argument("--force", action="store_true", help="compare even across scenario sets, judges or user turns")
     compare.add_argument("--all", action="store_true", help="list unchanged phase metrics too")
     compare.add_argument(
         "--max-chars",

@@ -34,7 +34,7 @@ def add_merge_command(commands: argparse._SubParsersAction) -> None:
              "--thresholds": "the limits the merged cases are gated with"}
     add_input_files(merge, roles)  # None when not given: the project folder's
     merge.add_argument("--baseline", type=user_path, metavar="PATH", help="compare each case with this earlier run (folder or results.json)")
-    merge.add_argument("--force-baseline", action="store_true", help="use --baseline even if its scenario set or judge differs")
+    merge.add_argument("--force-baseline", action="store_true", help="use --baseline even if its scenario set, judge or user turns differ")
     merge.add_argument("--alluredir", type=user_path, metavar="DIR", help="write one Allure results folder for the merged run here")
     merge.add_argument(
         "--allure-from", type=user_path, action="append", default=[], metavar="DIR",

@@ -63,7 +63,7 @@ def check_compatible(
     thresholds_hash: str | None = None,
     user_settings: dict | None = None,
 ) -> list[str]:
-    """Refuse a baseline recorded with another scenario set or judge, unless forced.
+    """Refuse a baseline recorded with another scenario set, judge or user turns, unless forced.
 
     The judge must match by id and model and, when both runs recorded one, by fingerprint: the same
     id with other settings (a cascade's thresholds, a retrained model file, other parameters)
@@ -117,7 +117,7 @@ def check_compatible(
     if mismatches and not force:
         raise BaselineError(
             f"baseline run {run.run_id} is not comparable with this run: {'; '.join(mismatches)}. "
-            f"Record a new baseline with the same scenarios and judge, or pass {force_hint} to compare anyway",
+            f"Record a new baseline with the same scenarios, judge and user turns, or pass {force_hint} to compare anyway",
             file=baseline.path,
         )
     return mismatches
