@@ -5,7 +5,8 @@
 Reads the shipped corpus (judge_corpus/) plus any labelled item files named, and the judged turns
 of past runs (`--from-run`: their judge becomes the rater). Refuses, before any work, an item that
 equals or nearly copies a calibration reply, of the calibration set or of any scenario pack's
-(packs/*/calibration/ of the project folder, wherever the command is run). Prints a
+(packs/*/calibration/ of the project folder, wherever the command is run), a run given twice or
+with a merged run made from it, and a run judged by a trained judge (its own verdicts). Prints a
 leave-one-archetype-out cross-validation (kappas, and whether the held-out verdicts'
 probabilities match how often they were right), writes the model file, then runs the calibration
 gate on calibration/ (or --calibration, against the --scenarios named) with the new model, exactly
@@ -124,7 +125,7 @@ def gather_items(args: argparse.Namespace, root: Path, progress, *, scenarios: P
         for run in args.from_run:
             found, notes = items_from_run(run, known)
             progress(f"{run}: {len(found)} judged turns taken")
-            for note in notes:  # cases without a transcript or scenario, turns a cascade's first judge decided
+            for note in notes:  # cases without a transcript, scenario or turns (errored), turns a cascade's first judge decided
                 progress(f"{run}: {note}")
             items += found
             origins += [run] * len(found)
