@@ -463,7 +463,7 @@ def test_baseline_fails_exactly_the_implicit_cases_with_both_values(versions: tu
     results = load_results(new)
     assert results.run.model_dump()["run_id"] == new.name
     raw = json.loads((new / "results.json").read_text())
-    assert raw["run"]["baseline"] == {"run_id": old_id, "path": str(old / "results.json")}
+    assert raw["run"]["baseline"] == {"run_id": old_id, "path": str(old / "results.json"), "packs": ""}
     for case in raw["cases"]:
         changes = {c["change"] for c in case["comparisons"]}
         assert len(case["comparisons"]) == PHASE_METRICS_PER_CASE
