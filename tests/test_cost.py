@@ -220,9 +220,8 @@ def test_an_answer_that_cannot_be_used_is_still_counted_in_the_runs_spending(
     ])  # fmt: skip
     spent = {}
     for model in ("filtered", "clean"):
-        benchmark_runner.run(f"--models-file={models}", "--model", model, "--judge", "reference/judge",
-                             "--cache-mode=off", "-k", "conduit-explicit")  # fmt: skip
-        run_dir = benchmark_runner.run_dirs()[-1]
+        _, run_dir = benchmark_runner.run_creating_one_folder(f"--models-file={models}", "--model", model, "--judge",
+                                                              "reference/judge", "--cache-mode=off", "-k", "conduit-explicit")  # fmt: skip
         spent[model] = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))["run"]["spent_usd"]
         if model == "clean":
             turns = json.loads(next((run_dir / "cases").glob("*.json")).read_text(encoding="utf-8"))["transcripts"][0]["turns"]
