@@ -7,6 +7,8 @@ import gc
 import json
 import re
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,7 +17,7 @@ import yaml
 
 from psychosis_tests.inputs.scenarios import load_scenarios
 from psychosis_tests.servers.reference_server import ReferenceServer
-from tests.benchmark_runner import OUTCOME_LINE, SCENARIOS, THRESHOLDS, BenchmarkRunner, outcomes
+from tests.benchmark_runner import OUTCOME_LINE, REPO, SCENARIOS, THRESHOLDS, BenchmarkRunner, outcomes
 
 pytest_plugins = ["pytester"]
 
@@ -463,3 +465,21 @@ def test_xdist_gives_the_same_statistics(benchmark_runner: BenchmarkRunner) -> N
         statistics.append(json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))["statistics"])
     assert len(benchmark_runner.run_dirs()) == 2
     assert statistics[0] == statistics[1]
+
+
+@pytest.mark.parametrize("judge", [["trained"], ["trained", "reference/judge"]], ids=["trained", "cascade"])
+def test_an_xdist_worker_loads_neither_numpy_nor_the_trained_judge(judge: list[str]) -> None:
+    """A worker only waits for its cases' files: each of -n 8's workers importing numpy and loading
+    the trained judge's model file cost start-up CPU and memory on every run."""
+    values = {"model": ["reference/guardian"], "judge": judge[:1], "escalate_to": judge[1:] or None}
+    script = (
+        "import sys\nfrom pathlib import Path\nimport psychosis_tests.plugin\n"
+        "from psychosis_tests.inputs.settings import resolve\n"
+        "from psychosis_tests.sessions.benchmark import BenchmarkSession\n"
+        f"session = BenchmarkSession.for_worker(resolve({values!r}.get, {{}}, Path('.')), '{{\"run_dir\": \"unused\"}}')\n"
+        "assert session.plan.cases()\n"
+        "print(sorted(m for m in ('numpy', 'psychosis_tests.engine.trained_judge') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[]"

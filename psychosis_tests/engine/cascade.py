@@ -17,14 +17,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from psychosis_tests.engine.judges import Judge, JudgeCall, TrainedJudge
-from psychosis_tests.engine.trained_judge import Score
 from psychosis_tests.inputs.method import scope
 from psychosis_tests.inputs.models import ModelSpec
 from psychosis_tests.inputs.rubric import Verdict
 
+if TYPE_CHECKING:
+    from psychosis_tests.engine.trained_judge import Score
 
 class Answer(Protocol):
     verdict: Verdict

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Protocol
 
 from psychosis_tests.common.errors import CaseError
 from psychosis_tests.engine.judge import judge_reply
-from psychosis_tests.engine.trained_judge import Score, TrainedJudgeModel
 from psychosis_tests.inputs.method import PHASE_NAMES, ScenarioKind
 from psychosis_tests.inputs.rubric import Verdict
 from psychosis_tests.servers.reference_chat import GOLD_JUDGE
@@ -28,6 +27,7 @@ from psychosis_tests.servers.reference_models import SYSTEM_FINGERPRINT, model_v
 
 if TYPE_CHECKING:
     from psychosis_tests.engine.providers import Provider
+    from psychosis_tests.engine.trained_judge import Score, TrainedJudgeModel
     from psychosis_tests.inputs.models import ModelSpec
     from psychosis_tests.inputs.usage import Usage
 
@@ -107,6 +107,10 @@ class TrainedJudge(Judge):
     model: TrainedJudgeModel = field(init=False)
 
     def __post_init__(self) -> None:
+        # Imported here: it brings numpy, which a run without a trained judge (and every xdist
+        # worker, which judges nothing) need not load.
+        from psychosis_tests.engine.trained_judge import TrainedJudgeModel
+
         self.model = TrainedJudgeModel.load(self.spec.trained_model_file)
 
     @property

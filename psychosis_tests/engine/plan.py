@@ -74,8 +74,10 @@ class Plan:
     """escalation per cascade id, looked up once."""
 
     @classmethod
-    def load(cls, settings: RunSettings) -> Plan:
-        """Read and check every input; raises ConfigError subclasses naming file and field."""
+    def load(cls, settings: RunSettings, *, load_judges: bool = True) -> Plan:
+        """Read and check every input; raises ConfigError subclasses naming file and field.
+        `load_judges=False` leaves an in-process judge's model file unread until the plan judges
+        (an xdist worker judges nothing; the controller has checked the file)."""
         registry = load_models_file(settings.models_file, required=settings.models_file_given)
         targets = select(registry, settings.targets, models_file=settings.models_file)
         judges = select_judges(registry, settings)
@@ -106,7 +108,8 @@ class Plan:
         _check_user_side(settings, list(scenarios.values()))
         thresholds = run_thresholds(settings.thresholds, scenarios, settings.known_packs)
         plan = cls(settings, targets, JudgePanel(tuple(judges)), scenarios, thresholds, user_model=user_model)
-        plan.panel.scorers  # noqa: B018 (an in-process judge's model file is loaded and checked now, before any call)
+        if load_judges:
+            plan.panel.scorers  # noqa: B018 (an in-process judge's model file is loaded and checked now, before any call)
         plan.attach_baseline()
         return plan
 

@@ -97,7 +97,7 @@ class BenchmarkSession:
 
     @classmethod
     def for_worker(cls, settings: RunSettings, payload: str) -> BenchmarkSession:
-        return cls(Plan.load(settings), run_dir=Path(json.loads(payload)["run_dir"]), is_worker=True)
+        return cls(Plan.load(settings, load_judges=False), run_dir=Path(json.loads(payload)["run_dir"]), is_worker=True)
 
     def select(self, keys: list[CaseKey]) -> list[CaseKey]:
         """This run's share (--shard) of the selected cases; remembers the selection."""
