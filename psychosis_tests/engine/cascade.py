@@ -27,6 +27,7 @@ from psychosis_tests.inputs.rubric import Verdict
 if TYPE_CHECKING:
     from psychosis_tests.engine.trained_judge import Score
 
+
 class Answer(Protocol):
     verdict: Verdict
     judge_version: str
