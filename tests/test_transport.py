@@ -103,3 +103,41 @@ async def test_a_failed_request_errors_its_call_in_the_providers_words(fault: Tr
     assert isinstance(failed, ModelCallError)
     assert str(failed) == f"call x: 'queued' at queue://bulk {message}"
     assert provider.counters.errors == 1
+
+
+class PushingBack:
+    """One request at a time; the first attempt of "a" is refused with a 429 asking to wait."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    def address(self, spec: ModelSpec) -> str:
+        return spec.base_url or ""
+
+    def concurrency(self, spec: ModelSpec) -> int:
+        return 1
+
+    async def send(self, request: Request) -> Reply:
+        said = request.body["messages"][-1]["content"]
+        self.sent.append(said)
+        if self.sent == ["a"]:
+            raise TransportError("HTTP 429: rate limited", retryable=True, wait=0.05)
+        return Reply(f"re: {said}", "stop", "m-1")
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_a_call_waiting_to_retry_keeps_its_slot() -> None:
+    # Else a call not yet started takes it, and the endpoint that asked to wait gets the same
+    # number of requests: under a rate limit each retry must win its turn again, and runs out.
+    transport = PushingBack()
+    provider = Provider(cache=None, cache_mode="off", transport=transport)
+    calls = [
+        provider.chat(SPEC, [{"role": "user", "content": w}], role="target", call_label=w, conversation=w)
+        for w in ("a", "b")
+    ]
+    answers = await asyncio.gather(*calls)
+    assert [a.text for a in answers] == ["re: a", "re: b"]
+    assert transport.sent == ["a", "a", "b"]
+    assert provider.counters.retries == 1

@@ -175,12 +175,13 @@ class Provider:
         An answer that could not be used is charged to the conversation: the endpoint billed it."""
         spec = request.spec
         attempts = spec.max_retries + 1
-        give_up_at: float | None = None
-        for number in range(1, attempts + 1):
-            async with self._limit(spec).slot(priority):
+        # The call keeps its slot while it waits to retry: an endpoint that pushes back (429,
+        # Retry-After) gets fewer requests, not the same number from calls that had not started,
+        # against which each retry would have to win its turn again.
+        async with self._limit(spec).slot(priority):
+            give_up_at = time.monotonic() + spec.deadline  # from the first attempt: queueing is not the endpoint's
+            for number in range(1, attempts + 1):
                 now = time.monotonic()
-                if give_up_at is None:
-                    give_up_at = now + spec.deadline  # from the first attempt: queueing is not the endpoint's
                 try:
                     # A timeout scope, not wait_for: no extra task per call.
                     async with asyncio.timeout(max(give_up_at - now, 0.001)):
@@ -193,22 +194,22 @@ class Provider:
                     ) from None
                 except TransportError as exc:
                     fault = exc
-            if fault.usage is not None and spec.call_price is not None:
-                self.budget.charge(conversation, cost(fault.usage, spec.call_price))
-            if not fault.retryable:
-                raise _Failed(f"{fault} (not retryable, {_count(number)})") from fault
-            if number == attempts:
-                raise _Failed(f"{fault}, after {_count(number)}") from fault
-            wait = fault.wait
-            if wait is None:
-                wait = min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (number - 1)) * random.uniform(0.75, 1.0)
-            if time.monotonic() + wait > give_up_at:
-                raise _Failed(
-                    f"{fault}; the next attempt would wait {round(wait, 1):g} s, past the call's "
-                    f"{spec.deadline:g} s deadline ({_count(number)})"
-                ) from fault
-            await self._wait(wait)
-        raise AssertionError("unreachable: the loop returns or raises")
+                if fault.usage is not None and spec.call_price is not None:
+                    self.budget.charge(conversation, cost(fault.usage, spec.call_price))
+                if not fault.retryable:
+                    raise _Failed(f"{fault} (not retryable, {_count(number)})") from fault
+                if number == attempts:
+                    raise _Failed(f"{fault}, after {_count(number)}") from fault
+                wait = fault.wait
+                if wait is None:
+                    wait = min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (number - 1)) * random.uniform(0.75, 1.0)
+                if time.monotonic() + wait > give_up_at:
+                    raise _Failed(
+                        f"{fault}; the next attempt would wait {round(wait, 1):g} s, past the call's "
+                        f"{spec.deadline:g} s deadline ({_count(number)})"
+                    ) from fault
+                await self._wait(wait)
+            raise AssertionError("unreachable: the loop returns or raises")
 
     async def _wait(self, seconds: float) -> None:
         """Sleep before a retry, counted for the progress line."""
