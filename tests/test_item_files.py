@@ -63,6 +63,14 @@ def test_an_item_file_given_twice_is_refused_as_such(tmp_path: Path) -> None:
     assert str(caught.value) == f"{path}: this item file is given twice"
 
 
+@pytest.mark.parametrize("newline", ["\n", "\r\n"], ids=["lf", "crlf"])
+def test_an_item_file_saved_with_a_byte_order_mark_reads(tmp_path: Path, newline: str) -> None:
+    """Its first line was refused as not JSON ("Unexpected UTF-8 BOM"), where review-import reads such files."""
+    path = tmp_path / "items.jsonl"
+    path.write_bytes(("\ufeff" + json.dumps(ITEM) + newline + json.dumps({**ITEM, "id": "two-item"}) + newline).encode("utf-8"))
+    assert [item.id for item in load_items([path])] == ["one-item", "two-item"]
+
+
 def test_a_key_given_twice_in_an_item_is_refused(tmp_path: Path) -> None:
     """JSON keeps the last value of a key given twice: a second "reply" replaced the first unseen."""
     path = tmp_path / "items.jsonl"

@@ -166,7 +166,7 @@ class JudgeItem(BaseModel):
 def load_item_file(path: Path) -> list[JudgeItem]:
     """Every item of one JSON Lines file; JudgeItemError names the file, line, item and field."""
     try:
-        lines = json_lines(path.read_text(encoding="utf-8"))
+        lines = json_lines(path.read_text(encoding="utf-8-sig"))  # a byte-order mark (a Windows editor's) is no JSON
     except FileNotFoundError:
         raise JudgeItemError("no such file", file=path) from None
     except (OSError, UnicodeDecodeError) as exc:
