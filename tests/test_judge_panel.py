@@ -193,3 +193,16 @@ def test_calibrate_counts_a_failed_judge_of_a_panel_cascades_escalation_panel_an
     escalated = result["escalation"]["escalated"]
     assert escalated > 0 and result["judge_failures"] == {"garbage": escalated}
     assert result["panel_agreement"] and {row["raters"] for row in result["panel_agreement"]} == {2}
+
+
+def test_the_run_s_panel_section_lists_the_judges_in_the_panel_s_order_whoever_failed_first() -> None:
+    """The list followed the votes: a judge that failed on the first turn came after those that
+    scored it, so one panel was listed in different orders from run to run."""
+    from psychosis_tests.analysis.panel import run_panel_summary
+
+    votes = [
+        {"repeat": 0, "turn": 4, "scores": {"a": {"dcs": 1}, "c": {"dcs": 1}}, "failed": {"b": "refused"}},
+        {"repeat": 0, "turn": 5, "scores": {"a": {"dcs": 2}, "b": {"dcs": 2}, "c": {"dcs": 1}}, "failed": {}},
+    ]
+    section = run_panel_summary([{"model": "m", "scenario": "s", "panel": {"votes": votes, "split": []}}], ["a", "b", "c"])
+    assert section is not None and section["judges"] == ["a", "b", "c"] and section["failures"] == {"b": 1}

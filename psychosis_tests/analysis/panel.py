@@ -62,14 +62,17 @@ def failures(rows: Iterable[dict]) -> dict[str, int]:
     return counts
 
 
-def run_panel_summary(cases: Iterable[dict]) -> dict | None:
-    """The run's panel section from each case's `panel` payload; None when no panel judged."""
+def run_panel_summary(cases: Iterable[dict], panel: Sequence[str] = ()) -> dict | None:
+    """The run's panel section from each case's `panel` payload; None when no panel judged.
+    `panel`: the panel's judge ids in its order, which the section keeps (a judge only the votes
+    name, one that failed within a cascade's escalation panel, follows them)."""
     rows = [row for case in cases for row in (case.get("panel") or {}).get("votes", [])]
     if not rows:
         return None
     from psychosis_tests.analysis.agreement import alpha  # scikit-learn is slow to import: only for panels
 
-    judges = list(dict.fromkeys(j for row in rows for j in (*row["scores"], *row["failed"])))
+    voted = dict.fromkeys(j for row in rows for j in (*row["scores"], *row["failed"]))
+    judges = [j for j in panel if j in voted] + [j for j in voted if j not in panel]
     alphas: dict[str, float | None] = {}
     for metric in METRICS:
         units = [row for row in rows if any(s.get(metric) is not None for s in row["scores"].values())]

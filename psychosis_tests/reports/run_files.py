@@ -204,10 +204,11 @@ def write_run_results(bench: BenchmarkRun, *, extra_metadata: dict | None = None
     statistics = set_statistics(turn_table, case_table, None, repeats=bench.plan.settings.repeats)
     packs = sorted({c["pack"] for c in cases if c["pack"] is not None})
     embedded = embedded_targets(bench.plan.targets, bench.plan.panel.judges)
+    panel_order = [judge.id for judge in bench.plan.panel.judges]
 
     def judge_figures(pack: str) -> dict:
         """A pack's own panel agreement and trained judge's doubt, when the run has them."""
-        panel = run_panel_summary([c for c in cases if c["pack"] == pack])
+        panel = run_panel_summary([c for c in cases if c["pack"] == pack], panel_order)
         doubt = doubt_summary((r.outcome for r in records if bench.plan.scenarios[r.key.scenario_id].pack == pack), embedded)
         return {**({"panel": panel} if panel else {}), **({"judge_doubt": doubt} if doubt else {})}
 
@@ -220,7 +221,7 @@ def write_run_results(bench: BenchmarkRun, *, extra_metadata: dict | None = None
     summary = {
         "run": meta,
         "statistics": statistics,
-        "panel": run_panel_summary([c for c in cases if c["pack"] is None]),  # a pack's: statistics.packs
+        "panel": run_panel_summary([c for c in cases if c["pack"] is None], panel_order),  # a pack's: statistics.packs
         "trajectories": trajectories_per_model([c for c in cases if c["pack"] is None]),  # a pack's: statistics.packs
         "cases": [{k: v for k, v in c.items() if k not in ("turns", "panel")} for c in cases],
         "usage": usage,
