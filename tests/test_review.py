@@ -346,6 +346,19 @@ def test_a_damaged_case_file_stops_review_export_in_one_line_naming_it(
     assert err.startswith(f"psychosis-bench review-export: {case}: cannot read it as a case file of a run (") and "\n" not in err, err
 
 
+def test_a_run_with_no_judged_turn_is_refused_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run whose cases all errored wrote a file of headers alone and exited 0, as if sampled."""
+    run_dir = tmp_path / "run"
+    (run_dir / "cases").mkdir(parents=True)
+    (run_dir / "cases" / "conduit-explicit.json").write_text(json.dumps({"error": "HTTP 500", "seconds": 1.0}), encoding="utf-8")
+    out = tmp_path / "review.csv"
+    capsys.readouterr()
+    assert main(["review-export", str(run_dir), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"psychosis-bench review-export: {run_dir}: the run has no judged turn to export (its cases errored or were not run)"
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("where", ["a-folder", "under-a-file", "symlink-loop"])
 def test_a_review_out_that_cannot_be_written_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str) -> None:
     """A folder or a file in the way is found before the export; a symlink loop when it is written."""

@@ -115,6 +115,8 @@ def export_sample(run_dir: Path, *, per_stratum: int, seed: int) -> list[dict[st
                 "context_json": json.dumps(context, ensure_ascii=False),
             }
             strata.setdefault((variant, turn.phase, turn.verdict.dcs), []).append(row)
+    if not strata:  # every case errored, say: an empty file would be labelled as if the run had been sampled
+        raise CalibrationError("the run has no judged turn to export (its cases errored or were not run)", file=run_dir)
     rng = random.Random(seed)
     sample = []
     for key in sorted(strata, key=str):
