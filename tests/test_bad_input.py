@@ -8,6 +8,7 @@ usage-error exit status 4, exactly one non-empty line of error output, and no ru
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import socket
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from psychosis_tests.common.errors import CacheError
+from psychosis_tests.common.errors import CacheError, ConfigError
 from psychosis_tests.engine.cache import CachedResponse, ResponseCache
 from psychosis_tests.inputs.settings import ENV
 from psychosis_tests.servers.reference_server import ReferenceServer
@@ -264,6 +265,25 @@ def test_a_read_only_cache_file_is_still_replayed(run: Run, monkeypatch: pytest.
     monkeypatch.setattr(sqlite3, "connect", _opened_read_only(run.runner.cache_path))
     run.runner.run(*select, "--cache-mode", "replay").assert_outcomes(passed=1)
     assert run.server.request_count == recorded
+
+
+def test_a_cache_in_a_folder_that_cannot_be_written_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLite cannot open a file whose folder is read-only (its write-ahead log goes beside it): the
+    message said to move the file away, as if the file were damaged. (Root writes anywhere, so the
+    read-only folder is the operating system's answer, stood in for here.)"""
+    path = tmp_path / "cache.sqlite3"
+    ResponseCache(path).close()
+
+    def refused(*args: object, **kwargs: object) -> sqlite3.Connection:
+        raise sqlite3.OperationalError("unable to open database file")
+
+    monkeypatch.setattr(sqlite3, "connect", refused)
+    monkeypatch.setattr(os, "access", lambda where, mode: Path(where) != tmp_path)
+    with pytest.raises(ConfigError) as caught:
+        ResponseCache(path)
+    assert str(caught.value) == (f"{path}: cannot be opened (unable to open database file): its folder {tmp_path} is not "
+                                 "writable, and SQLite keeps a write-ahead log beside the file, in replay too; choose "
+                                 "another --cache-path")  # fmt: skip
 
 
 def test_a_cache_file_damaged_past_its_header_errors_the_call_naming_the_file(tmp_path: Path) -> None:

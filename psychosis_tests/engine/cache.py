@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -97,6 +98,12 @@ class ResponseCache:
                 raise ConfigError(
                     f"is read-only ({exc}): the answers a run pays for could not be kept; make it writable, "
                     "choose another --cache-path, or only read it with --cache-mode replay",
+                    file=path,
+                ) from None
+            if not os.access(path.parent, os.W_OK):  # the file may be whole: SQLite's log needs the folder
+                raise ConfigError(
+                    f"cannot be opened ({exc}): its folder {path.parent} is not writable, and SQLite keeps a "
+                    "write-ahead log beside the file, in replay too; choose another --cache-path",
                     file=path,
                 ) from None
             raise ConfigError(
