@@ -21,6 +21,7 @@ import io
 import json
 import random
 import re
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,9 +83,9 @@ def _model_slugs(model_ids: Iterable[str]) -> dict[str, str]:
     """Each model id's slug for review ids and file names. Ids a run keeps apart can share a slug
     (qwen2.5:7b, qwen2.5-7b): those get a short hash of the id after it, so their turns do not share
     review ids nor their conversations a calibration file."""
-    ids = set(model_ids)
-    shared = {slug for slug in map(_slug, ids) if sum(_slug(other) == slug for other in ids) > 1}
-    return {m: f"{_slug(m)}-{hashlib.sha256(m.encode()).hexdigest()[:8]}" if _slug(m) in shared else _slug(m) for m in ids}
+    slugs = {m: _slug(m) for m in set(model_ids)}
+    uses = Counter(slugs.values())
+    return {m: f"{slug}-{hashlib.sha256(m.encode()).hexdigest()[:8]}" if uses[slug] > 1 else slug for m, slug in slugs.items()}
 
 
 def export_sample(run_dir: Path, *, per_stratum: int, seed: int) -> list[dict[str, str]]:
