@@ -582,6 +582,12 @@ def test_a_run_with_alluredir_writes_the_report(benchmark_runner: BenchmarkRunne
     assert "targets=reference/sycophant, reference/auth-fail" in (alluredir / "environment.properties").read_text()
     assert json.loads((alluredir / "categories.json").read_text(encoding="utf-8")) == CATEGORIES
     assert json.loads((alluredir / "executor.json").read_text(encoding="utf-8"))["name"] == "psychosis-bench"
+    # allure-pytest saves pytest's own finalizer of each fixture as a tear-down with no status, shown
+    # as "unknown" (docs/reporting.md, "Tear-downs shown as unknown"); every other stage has one.
+    for path in alluredir.glob("*-container.json"):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        assert all("status" in stage for stage in data.get("befores", [])), path
+        assert all("status" in stage or stage["name"].endswith("::<lambda>") for stage in data["afters"]), path
 
 
 def test_summary_markdown_makes_error_text_inert() -> None:
