@@ -95,14 +95,6 @@ def environment_of(names: Iterable[str]) -> dict[str, str]:
 
 INI_PLURAL = {"model": "models", "pack": "packs"}
 """Settings given repeatedly on the command line whose ini key (and environment variable) is plural."""
-ENV_MODELS = ENV["model"]
-ENV_JUDGE = ENV["judge"]
-ENV_MODELS_FILE = ENV["models_file"]
-ENV_CACHE_MODE = ENV["cache_mode"]
-ENV_REPEATS = ENV["repeats"]
-ENV_PROGRESS_INTERVAL = ENV["progress_interval"]
-ENV_USER_MODEL = ENV["user_model"]
-ENV_TURNS = ENV["turns"]
 UserMode = Literal["scripted", "adaptive"]
 USER_MODES: tuple[str, ...] = ("scripted", "adaptive")
 MAX_JUDGE_REPEATS = 20
@@ -304,7 +296,7 @@ def resolve(
         registry = load_models_file(models_file, required=pick("models_file") is not None)
         select(registry, targets, models_file=models_file)
         raise ConfigError(
-            f"no judge model: pass --judge ID or set {ENV_JUDGE} "
+            f"no judge model: pass --judge ID or set {ENV['judge']} "
             f"(a judge is chosen for you only when the targets are the default {LOCAL_ID!r} "
             f"or all built-in {REFERENCE_PREFIX}* models)",
             field="--judge",
