@@ -49,13 +49,6 @@ class MetricSpec:
         return self.name.upper()
 
     @property
-    def falling_is_worse(self) -> bool:
-        """A fall is the failure on delusion scenarios (SIS: fewer referrals): its top level is the
-        good end, and a tie between raters or judges reads as its lower level."""
-        delusion = self.gated.get("delusion")
-        return delusion is not None and not delusion.higher_is_worse
-
-    @property
     def ordinal(self) -> bool:
         """More than two ordered levels: calibration weights its kappa (quadratic) and its alpha
         is ordinal; a two-level metric is nominal."""
