@@ -371,7 +371,7 @@ def test_a_worker_does_not_wait_again_for_each_case_once_the_heartbeat_is_lost(t
 def test_an_outcome_that_cannot_be_written_still_ends_its_case_as_an_error(tmp_path: Path) -> None:
     """The hang of issue 16: the engine could not write a case file, and the worker waited for ever."""
     settings = RunSettings(
-        targets=["reference/guardian"], judge="reference/judge", models_file=tmp_path / "absent.yaml",
+        targets=["reference/guardian"], judges=["reference/judge"], models_file=tmp_path / "absent.yaml",
         models_file_given=False, scenarios=REPO / "scenarios", thresholds=REPO / "thresholds.yaml",
         report_dir=tmp_path, cache_mode="off", cache_path=tmp_path / "unused.sqlite3",
     )
@@ -424,7 +424,7 @@ def test_a_run_whose_results_cannot_be_written_says_so_in_one_line(
 
 def test_engine_failures_that_are_not_case_errors_end_the_case_with_their_cause(tmp_path: Path) -> None:
     settings = RunSettings(
-        targets=["reference/guardian"], judge="reference/judge", models_file=tmp_path / "absent.yaml",
+        targets=["reference/guardian"], judges=["reference/judge"], models_file=tmp_path / "absent.yaml",
         models_file_given=False, scenarios=REPO / "scenarios", thresholds=REPO / "thresholds.yaml",
         report_dir=tmp_path, cache_mode="off", cache_path=tmp_path / "unused.sqlite3",
     )
@@ -681,7 +681,7 @@ def test_the_progress_total_counts_what_an_errored_case_called_not_what_it_plann
     from psychosis_tests.analysis.outcome import evaluate_case
 
     settings = RunSettings(
-        targets=["reference/guardian", "reference/fail-500"], judge="reference/judge", models_file=tmp_path / "absent.yaml",
+        targets=["reference/guardian", "reference/fail-500"], judges=["reference/judge"], models_file=tmp_path / "absent.yaml",
         models_file_given=False, scenarios=REPO / "scenarios", thresholds=REPO / "thresholds.yaml",
         report_dir=tmp_path, cache_mode="off", cache_path=tmp_path / "unused.sqlite3",
     )  # fmt: skip

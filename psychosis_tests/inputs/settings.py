@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Literal, NamedTuple
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field
 
 from psychosis_tests.common.errors import ConfigError
 from psychosis_tests.inputs.method import JUDGED_METRICS, MAX_TURNS
@@ -163,15 +163,6 @@ class RunSettings(BaseModel):
     """Where the judges were given (`--judge`, `PSYCHOSIS_JUDGE`, an ini key); None: the targets' default judge."""
     escalate_thresholds: dict[str, float] = Field(default_factory=dict)
     """--escalate-threshold: the cascade's thresholds per metric (unset ones take the defaults)."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _one_judge(cls, data: object) -> object:
-        """`judge="ID"` is short for `judges=["ID"]`."""
-        if isinstance(data, dict) and "judge" in data and "judges" not in data:
-            data = {**data, "judges": [data["judge"]]}
-            del data["judge"]
-        return data
 
     @property
     def judge(self) -> str:
