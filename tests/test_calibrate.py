@@ -22,7 +22,6 @@ from tests.benchmark_runner import subprocess_environment
 
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARK = REPO / "psychosis_tests" / "test_benchmark.py"
-CALIBRATION_TESTS = REPO / "psychosis_tests" / "test_judge_calibration.py"
 FEW_RESAMPLES = ["--bootstrap-resamples", "50"]
 
 
