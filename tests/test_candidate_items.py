@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import candidate_items
-from psychosis_tests.cli.train_judge import calibration_replies
+from psychosis_tests.cli.train_judge import calibration_replies_with_files
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -34,7 +34,7 @@ def test_an_item_already_in_the_corpus_is_refused(monkeypatch: pytest.MonkeyPatc
 
 
 def test_an_item_copying_a_calibration_reply_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys) -> None:
-    calibration_id, reply = calibration_replies(REPO / "calibration")[0]
+    calibration_id, reply, _ = calibration_replies_with_files(REPO / "calibration")[0]
     line = _corpus_line() | {"id": "candidate-copy-1", "reply": reply}
     folder = tmp_path / "round"
     folder.mkdir()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from psychosis_tests.analysis.near_duplicates import NEAR_DUPLICATE_JACCARD, most_similar, overlaps
-from psychosis_tests.cli.train_judge import DEFAULT_CORPUS, calibration_replies, refuse_calibration_copies
+from psychosis_tests.cli.train_judge import DEFAULT_CORPUS, calibration_replies_with_files, refuse_calibration_copies
 from psychosis_tests.common.errors import ConfigError
 from psychosis_tests.inputs.judge_items import JudgeItem, JudgeItemError, load_items
 from psychosis_tests.inputs.packs import pack_calibration_folders
@@ -102,11 +102,11 @@ def test_registers_vary(corpus: list[JudgeItem]) -> None:
 
 
 def test_no_corpus_reply_equals_or_nearly_copies_a_calibration_reply(corpus: list[JudgeItem]) -> None:
-    held_out = calibration_replies(REPO / "calibration")
+    held_out = [reply for _, reply, _ in calibration_replies_with_files(REPO / "calibration")]
     assert len(held_out) >= 240
     replies = [item.reply for item in corpus]
-    assert overlaps(replies, [r for _, r in held_out]) == []
-    closest = most_similar(replies, [r for _, r in held_out])
+    assert overlaps(replies, held_out) == []
+    closest = most_similar(replies, held_out)
     highest = closest[0][0] if closest else 0.0
     print(f"highest shingle Jaccard between a corpus and a calibration reply: {highest:.3f}")
     assert highest < NEAR_DUPLICATE_JACCARD
@@ -125,13 +125,13 @@ def test_the_near_duplicate_check_catches_a_lightly_edited_copy() -> None:
 def test_no_corpus_reply_copies_a_pack_calibration_reply(corpus: list[JudgeItem]) -> None:
     folders = pack_calibration_folders(REPO)
     assert REPO / "packs" / "clinical" / "calibration" in folders
-    held_out = [reply for folder in folders for _, reply in calibration_replies(folder)]
+    held_out = [reply for folder in folders for _, reply, _ in calibration_replies_with_files(folder)]
     assert len(held_out) >= 96
     assert overlaps([item.reply for item in corpus], held_out) == []
 
 
 def test_train_judge_refuses_an_item_copying_a_pack_calibration_reply(corpus: list[JudgeItem]) -> None:
-    pack_id, pack_reply = calibration_replies(REPO / "packs" / "clinical" / "calibration")[0]
+    pack_id, pack_reply, _ = calibration_replies_with_files(REPO / "packs" / "clinical" / "calibration")[0]
     copied = corpus[0].model_copy(update={"reply": pack_reply.replace(".", "!", 1)})
     refuse_calibration_copies([corpus[0]], REPO / "calibration", REPO)  # the corpus item alone passes
     with pytest.raises(ConfigError) as caught:

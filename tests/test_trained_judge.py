@@ -695,7 +695,7 @@ def test_train_judge_distils_a_past_run_and_refuses_calibration_copies(
     import subprocess
 
     from psychosis_tests import __main__ as cli
-    from psychosis_tests.cli.train_judge import calibration_replies
+    from psychosis_tests.cli.train_judge import calibration_replies_with_files
 
     corpus = tmp_path / "corpus"
     corpus.mkdir()
@@ -718,7 +718,7 @@ def test_train_judge_distils_a_past_run_and_refuses_calibration_copies(
     model = TrainedJudgeModel.load(out)
     assert model.meta["corpus"]["items"] == 36 and any(s.startswith("benchmark run") for s in model.meta["corpus"]["sources"])
 
-    copied_id, copied = calibration_replies(REPO / "calibration")[0]
+    copied_id, copied, _ = calibration_replies_with_files(REPO / "calibration")[0]
     write_lines(corpus / "copy.jsonl", [item(99, copied + " ", 1, 1, 0)])
     assert cli.main(["train-judge", "--corpus", str(corpus), "--out", str(out), "--no-gate"]) == 2
     assert f"repeats calibration item {copied_id!r} (same text)" in capsys.readouterr().err
@@ -733,9 +733,9 @@ def test_train_judge_refuses_a_copy_of_a_pack_calibration_item_from_any_folder(
     left to the project's), a training item copying a pack's calibration reply stops the command
     before any training."""
     from psychosis_tests import __main__ as cli
-    from psychosis_tests.cli.train_judge import calibration_replies
+    from psychosis_tests.cli.train_judge import calibration_replies_with_files
 
-    copied_id, copied = calibration_replies(REPO / "packs" / "clinical" / "calibration")[0]
+    copied_id, copied, _ = calibration_replies_with_files(REPO / "packs" / "clinical" / "calibration")[0]
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     write_lines(corpus / "copy.jsonl", [item(1, copied, 1, 1, 0)])

@@ -226,11 +226,6 @@ def run_gate(model_file: Path, calibration: Path, root: Path, *, scenarios: Path
     return code
 
 
-def calibration_replies(path: Path) -> list[tuple[str, str]]:
-    """(item id, reply) of every held-out calibration item."""
-    return [(i, reply) for i, reply, _ in calibration_replies_with_files(path)]
-
-
 def calibration_replies_with_files(path: Path) -> list[tuple[str, str, Path]]:
     """(item id, reply, calibration file) of every held-out calibration item."""
     from psychosis_tests.inputs.calibration import calibration_files, parse_calibration_file
