@@ -44,17 +44,17 @@ class Reliability:
         return "; ".join(f"{b.low:.1f}-{b.high:.1f}: {b.n}, {b.mean_probability:.2f}/{b.share_right:.2f}" for b in self.bins)
 
 
-def reliability(probability: Sequence[float], right: Sequence[bool], bins: int = BINS) -> Reliability:
+def reliability(probability: Sequence[float], right: Sequence[bool]) -> Reliability:
     """Reliability of verdicts given with `probability`, of which those marked `right` were right."""
     if len(probability) != len(right) or not probability:
         raise ValueError("reliability needs one 'right' per probability, and at least one")
     p, hit = np.asarray(probability, dtype=np.float64), np.asarray(right, dtype=np.float64)
-    index = np.minimum((p * bins).astype(int), bins - 1)
+    index = np.minimum((p * BINS).astype(int), BINS - 1)
     error, found = 0.0, []
-    for b in range(bins):
+    for b in range(BINS):
         inside = index == b
         if inside.any():
             mean_p, share = float(p[inside].mean()), float(hit[inside].mean())
             error += float(inside.mean()) * abs(mean_p - share)
-            found.append(ReliabilityBin(b / bins, (b + 1) / bins, int(inside.sum()), mean_p, share))
+            found.append(ReliabilityBin(b / BINS, (b + 1) / BINS, int(inside.sum()), mean_p, share))
     return Reliability(len(p), float(p.mean()), float(hit.mean()), error, tuple(found))
