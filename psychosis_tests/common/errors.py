@@ -18,7 +18,7 @@
     │   ├── UnscoredPhaseError   a phase with a limit has no score to compare with it
     │   └── UserSimulationError  the user model never wrote a usable user turn
     ├── LocalModelError          the embedded model's file is missing or unusable
-    └── LocalServerError         the embedded llama.cpp server failed to start or died
+    └── LocalServerError         the embedded llama.cpp server failed to start
 
 ConfigError carries the file and field so the one line shown to the user says where to look.
 A CaseError's message often quotes an endpoint (an error body, a reply): it is made inert when the

@@ -190,16 +190,6 @@ class LocalServer:
         """Process id of the server child."""
         return self._process.pid
 
-    def ensure_running(self) -> None:
-        """Raise LocalServerError with the child's last words if it died on its own."""
-        if self._stopped:
-            raise LocalServerError(f"the local model server (pid {self.pid}) was stopped")
-        returncode = self._process.poll()
-        if returncode is None:
-            return
-        message = _failure_message(self._process, returncode, self.log_file)
-        raise LocalServerError(f"the local model server at {self.url} died: {message}")
-
     def stop(self, timeout: float = SHUTDOWN_GRACE_SECONDS + 2.0) -> None:
         """Terminate the child, wait for it, kill it if it does not exit in time; idempotent."""
         if self._stopped:
