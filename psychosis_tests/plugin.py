@@ -28,7 +28,7 @@ from psychosis_tests.pytest_side.calibration import (
 from psychosis_tests.pytest_side.results import (
     BENCHMARK_MODULE,
     ResultCollector,
-    _alluredir,
+    allure_results_dir,
     print_estimate,
     write_progress,
 )
@@ -178,7 +178,7 @@ def pytest_configure(config: pytest.Config) -> None:
         ProfileSnapshotExtension.directory = project_dir(config) / "snapshots"
     if workerinput is None and not config.option.collectonly and not config.getoption("psychosis_estimate"):
         config.pluginmanager.register(ResultCollector(session), "psychosis-results")
-    if _alluredir(config):
+    if allure_results_dir(config):
         from psychosis_tests.reports.allure import install_stable_case_ids
 
         config.add_cleanup(install_stable_case_ids(frozenset({CASE_FIXTURE})))
@@ -297,7 +297,7 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
     """
     bench = item.config.stash.get(session_key, None)
     key = _case_key(item)
-    if bench is None or key is None or not _alluredir(item.config):
+    if bench is None or key is None or not allure_results_dir(item.config):
         return
     from psychosis_tests.reports.allure import describe_case
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from psychosis_tests.inputs.settings import RunSettings
+from psychosis_tests.pytest_side.results import allure_results_dir
 
 if TYPE_CHECKING:  # scikit-learn and scipy load only when a calibration runs
     from psychosis_tests.sessions.calibration import CalibrationSession
@@ -37,10 +38,6 @@ def is_calibration_run(config: pytest.Config) -> bool:
     from _pytest.mark.expression import Expression
 
     return Expression.compile(markexpr).evaluate(lambda name, **_: name == CALIBRATION_MARK)
-
-
-def _alluredir(config: pytest.Config) -> str | None:
-    return config.getoption("allure_report_dir", None)
 
 
 def configure_calibration(config: pytest.Config, settings: RunSettings) -> None:
@@ -91,7 +88,7 @@ def psychosis_calibration(request: pytest.FixtureRequest):
     if calibration is None:
         raise pytest.UsageError(f"psychosis-bench: the calibration tests run with -m {CALIBRATION_MARK}")
     result = calibration.result()
-    alluredir = _alluredir(request.config)
+    alluredir = allure_results_dir(request.config)
     if alluredir and not hasattr(request.config, "workerinput"):
         from psychosis_tests.reports.allure_run import write_allure_calibration
         from psychosis_tests.reports.calibration import MARKDOWN_FILE

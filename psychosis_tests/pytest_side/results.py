@@ -25,7 +25,7 @@ PRELOAD_AT_SHARE = 0.6
 the run's calls is done if that comes first (runs whose cases all finish together, at the end)."""
 
 
-def _alluredir(config: pytest.Config) -> str | None:
+def allure_results_dir(config: pytest.Config) -> str | None:
     """allure-pytest's --alluredir, when it is installed and given: the Allure report is wanted."""
     return config.getoption("allure_report_dir", None)
 
@@ -181,7 +181,7 @@ class ResultCollector:
             if session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
             return
-        alluredir = _alluredir(session.config)
+        alluredir = allure_results_dir(session.config)
         if alluredir:
             from psychosis_tests.reports.allure_run import write_allure_summary
 
