@@ -100,3 +100,12 @@ def test_every_subpackage_is_a_layer_and_is_installed() -> None:
     named = {module.strip() for layer in contract["layers"] for module in layer.split("|")}
     assert {f"{PACKAGE}.{name}" for name in subpackages} <= named
     assert set(config["tool"]["setuptools"]["packages"]) == {PACKAGE, *(f"{PACKAGE}.{name}" for name in subpackages)}
+
+
+def test_every_module_of_a_layer_is_in_the_architecture_table() -> None:
+    """docs/architecture.md is where a reader looks a module up: one left out of its table is found
+    only by reading the folder."""
+    table = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    modules = [path for path in (REPO / PACKAGE).glob("*/*.py") if path.name != "__init__.py"]
+    assert len(modules) > 30
+    assert [str(path.relative_to(REPO)) for path in modules if f"`{path.name}`" not in table] == []
