@@ -81,6 +81,8 @@ class Provider:
     budget: Budget = field(default_factory=Budget)
     """--max-cost: the run's spending, and which conversations may still start (engine.budget)."""
     _limits: dict[str, PriorityLimiter] = field(default_factory=dict, init=False)
+    _in_flight: dict[str, asyncio.Future[Reply | None]] = field(default_factory=dict, init=False)
+    """Cache key -> the answer of the request with that key on its way now (None if it fails)."""
 
     @property
     def spent(self) -> float:
@@ -147,16 +149,33 @@ class Provider:
                 f"{call_label}: no recorded answer from {spec.id!r} in the cache "
                 f"(--cache-mode replay never calls the network; record a run with --cache-mode use first)"
             )
+        # The same request already on its way (a panel judge that is also a cascade's escalation
+        # judge, asked on the same turn): its answer is this call's too, counted as a cache hit.
+        pending = self._in_flight.get(key)
+        shared = None if pending is None else await asyncio.shield(pending)
+        if shared is not None:
+            self.counters.cache_hits += 1
+            self.counters.by_conversation[conversation] += 1
+            return Completion(
+                shared.text, shared.model_version, cached=True, refusal=shared.refusal,
+                finish_reason=shared.finish_reason, usage=shared.usage.as_cache_hit(),
+            )  # fmt: skip
         self.budget.admit(conversation, call_label, first_call=starts_conversation)
         extra = {"response_format": response_format} if response_format else {}
         body = {"model": spec.model, "messages": messages, **params, **extra}
+        answer = self._in_flight[key] = asyncio.get_running_loop().create_future()
         try:
             reply = await self._attempts(Request(spec, body, accept_refusal=role == "judge", key=key), priority, conversation)
+            answer.set_result(reply)
         except _Failed as failed:
             self.counters.errors += 1
             message = f"{call_label}: {spec.id!r} at {self.transport.address(spec)} {failed}"
             # Not chained: the endpoint's exception holds its raw text (escape codes, echoed keys).
             raise ModelCallError(message) from None  # made inert and its keys masked as it is made
+        finally:
+            del self._in_flight[key]
+            if not answer.done():  # no answer: a call that waited on this one makes its own
+                answer.set_result(None)
         self.counters.answered += 1
         self.counters.by_conversation[conversation] += 1
         if spec.call_price is not None:

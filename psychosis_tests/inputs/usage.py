@@ -65,7 +65,8 @@ class Usage(BaseModel):
     unreported: int = 0
     """Calls whose endpoint reported no usage (counted as 0 tokens)."""
     cache_hits: int = 0
-    """Calls answered from the suite's response cache: not sent, not paid again."""
+    """Calls answered from the suite's response cache, or by the same request already on its way
+    in the run: not sent, not paid again."""
     hit_prompt_tokens: int = 0
     """Prompt tokens of those calls, as recorded with their answers."""
     hit_completion_tokens: int = 0
