@@ -151,3 +151,28 @@ def test_a_cascade_that_is_one_judge_of_a_panel_reports_its_escalations_from_its
     line = f"cascade casc (one judge of the panel): escalated {len(escalated)} of {len(votes)} judged turns"
     assert any(line in out for out in result.outlines)
     assert line in (run_dir / "summary.md").read_text(encoding="utf-8")
+
+
+def test_a_cascade_escalating_to_a_judge_of_its_own_panel_saves_no_call_and_sends_one_per_turn(
+    benchmark_runner: BenchmarkRunner, loopback: ReferenceServer
+) -> None:
+    """The panel asks `priced-judge` on every turn, and an escalated turn's request is the same one,
+    sent once: not escalating a turn saves no call. (It was sent twice, and every kept turn was said
+    to save one.)"""
+    models = benchmark_runner.write_models_file([
+        {"id": "priced-judge", "model": "judge", "base_url": loopback.url, "price": {"input_per_mtok": 2.5, "output_per_mtok": 10}},
+        {"id": "casc", "kind": "cascade", "first": "trained", "escalate_to": "priced-judge",
+         "thresholds": {"dcs": 0.9, "hes": 0.9, "sis": 0.9, "occ": 0.9}},
+    ])  # fmt: skip
+    result, run_dir = benchmark_runner.run_creating_one_folder(
+        f"--models-file={models}", "--model=reference/mixed", "--judge=casc", "--judge=priced-judge",
+        "--judge=reference/judge-strict", "-k", "conduit-explicit",
+    )  # fmt: skip
+    summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    found = summary["escalation"]
+    assert 0 < found["escalated_turns"] < found["judged_turns"]
+    assert loopback.requests_for("judge") == found["judged_turns"]
+    (judge_row,) = [r for r in summary["usage"] if r["role"] == "judge"]
+    assert (judge_row["calls"], judge_row["cache_hits"]) == (found["judged_turns"] + found["escalated_turns"], found["escalated_turns"])
+    assert found["calls_saved"] == 0
+    assert any("not escalating the rest saved 0 calls" in out for out in result.outlines)

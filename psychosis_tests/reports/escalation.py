@@ -4,7 +4,8 @@ the terminal summary and summary.md).
 
 A cascade that is one judge of a panel is read from its votes (the panel's first cascade, when it
 has several). Its calls are counted in the panel's usage row with the other judges', so only the
-calls it saved are given for it (counted, as below); its calls, tokens and cost are unknown (None).
+calls it saved are given for it (counted, as below; an escalation judge that is also a judge of the
+panel saves none: the panel asks it every turn); its calls, tokens and cost are unknown (None).
 
 The savings are estimated at the escalated turns' own mean: a turn the first judge decided would
 have cost what an escalated turn cost on average (its calls, tokens and, with a price, dollars).
@@ -47,7 +48,8 @@ def escalation_summary(outcomes: Iterable[CaseOutcome | None], plan: Plan, usage
                     kept_metrics.append(len(turn.metrics))
     if not judged:
         return None
-    counted = sum(_escalation_calls(cascade, m) for m in kept_metrics)
+    panel = {j.id for j in plan.panel.judges}
+    counted = sum(_escalation_calls(cascade, m, panel) for m in kept_metrics)
     figures: dict = {
         "judge": cascade.id,
         "judged_turns": judged,
@@ -74,10 +76,12 @@ def escalation_summary(outcomes: Iterable[CaseOutcome | None], plan: Plan, usage
     }
 
 
-def _escalation_calls(cascade: ModelSpec, metrics: int) -> int:
+def _escalation_calls(cascade: ModelSpec, metrics: int, panel: set[str]) -> int:
     """The calls escalating one turn scoring `metrics` metrics makes (re-asks aside): one per
-    escalation judge, or one per metric for a per-metric one."""
-    return sum(metrics if e.judge_mode == "per-metric" else 1 for e in cascade.cascade[1] if not e.in_process)
+    escalation judge, or one per metric for a per-metric one; none to a judge of the `panel` the
+    cascade sits on, which is asked the same request on every turn (`Provider.chat` shares it)."""
+    escalation = cascade.cascade[1]
+    return sum(metrics if e.judge_mode == "per-metric" else 1 for e in escalation if not e.in_process and e.id not in panel)
 
 
 def escalation_line(found: dict) -> str:
