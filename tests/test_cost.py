@@ -282,6 +282,24 @@ def test_estimate_counts_a_cascades_escalation_calls_over_the_run_not_per_conver
         assert rows[model].usage.completion_tokens == per_conversation.completion_tokens > 0
 
 
+def test_estimate_counts_a_judge_of_the_panel_that_is_also_a_cascades_escalation_judge_once_per_turn(tmp_path: Path) -> None:
+    """The panel asks `both` every turn; the turns the cascade escalates ask it the same request,
+    which the run sends once (it counted 1.5 calls a turn)."""
+    judge = {"model": "judge", "base_url": "http://127.0.0.1:9/v1", "price": {"input_per_mtok": 2.5, "output_per_mtok": 10}}
+    models = tmp_path / "models.yaml"
+    models.write_text(json.dumps({"models": [
+        {"id": "both", **judge}, {"id": "other", **judge},
+        {"id": "casc", "kind": "cascade", "first": "trained", "escalate_to": "both", "escalation_rate": 0.5},
+    ]}), encoding="utf-8")  # fmt: skip
+    values = {"model": ["reference/noisy"], "judge": ["casc", "both", "other"], "models_file": str(models)}
+    plan = Plan.load(resolve(values.get, {}, REPO))
+    keys = plan.cases()
+    rows = {row.model: row for row in estimate(plan, keys)}
+    assert rows["both"].usage == rows["other"].usage and rows["both"].usage.calls == 9 * len(keys)
+    turns = [("dcs",)] * 9
+    assert plan.judge_calls_for(turns) == 2 * 9
+
+
 def test_a_panel_of_judges_at_one_price_is_priced(benchmark_runner: BenchmarkRunner, loopback: ReferenceServer) -> None:
     price = {"input_per_mtok": 2.5, "output_per_mtok": 10}
     models = benchmark_runner.write_models_file([

@@ -132,14 +132,10 @@ def _planned_usage(plan: Plan, key: CaseKey) -> dict[tuple[str, str], tuple[Usag
 
 def _judge_callers(plan: Plan) -> dict[str, tuple[ModelSpec, float]]:
     """Every judge that scores, by id, with the share of judged turns it is called on: 1 for a
-    judge of the panel, a cascade's expected escalation rate for its escalation judges, 0 for an
-    in-process judge (no call, no tokens, no cost: listed with nothing)."""
-    callers: dict[str, tuple[ModelSpec, float]] = {}
-    for judge in plan.panel.judges:
-        for part, share in plan.judge_parts(judge):
-            share = 0.0 if part.in_process else share
-            callers[part.id] = (part, callers.get(part.id, (part, 0.0))[1] + share)
-    return callers
+    judge of the panel, a cascade's expected escalation rate for its escalation judges (at most 1
+    in all: `Plan.judge_shares`), 0 for an in-process judge (no call, no tokens, no cost: listed
+    with nothing)."""
+    return {j: (part, 0.0 if part.in_process else share) for j, (part, share) in plan.judge_shares().items()}
 
 
 def _specs(plan: Plan) -> dict[tuple[str, str], ModelSpec]:

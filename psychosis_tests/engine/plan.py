@@ -199,14 +199,24 @@ class Plan:
         first, escalation = judge.cascade
         return [(first, 1.0), *((e, self.escalation_rate(judge, measured=measured)) for e in escalation)]
 
-    def judge_calls_for(self, turns: list[tuple[str, ...]], *, measured: bool = True) -> int:
-        """Judge calls for turns scoring these metrics: per model a judge calls, one per judged
-        turn it scores, or one per metric of each in per-metric mode (`judge_parts`)."""
-        calls = 0.0
+    def judge_shares(self, *, measured: bool = True) -> dict[str, tuple[ModelSpec, float]]:
+        """Every model the panel's judges are made of, by id, with the share of judged turns it
+        scores (`judge_parts`). A model that is two of them (a judge of the panel that is also a
+        cascade's escalation judge) is sent one request on a turn both ask it (`Provider.chat`
+        shares the answer), so its shares add up to at most every turn."""
+        shares: dict[str, tuple[ModelSpec, float]] = {}
         for judge in self.panel.judges:
             for part, share in self.judge_parts(judge, measured=measured):
-                if not part.in_process:  # an in-process judge makes no call
-                    calls += share * sum(len(m) if part.judge_mode == "per-metric" else 1 for m in turns if m)
+                shares[part.id] = (part, min(1.0, shares.get(part.id, (part, 0.0))[1] + share))
+        return shares
+
+    def judge_calls_for(self, turns: list[tuple[str, ...]], *, measured: bool = True) -> int:
+        """Judge calls for turns scoring these metrics: per model a judge calls, one per judged
+        turn it scores, or one per metric of each in per-metric mode (`judge_shares`)."""
+        calls = 0.0
+        for part, share in self.judge_shares(measured=measured).values():
+            if not part.in_process:  # an in-process judge makes no call
+                calls += share * sum(len(m) if part.judge_mode == "per-metric" else 1 for m in turns if m)
         return round(calls)
 
     @property
