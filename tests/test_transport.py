@@ -141,3 +141,24 @@ async def test_a_call_waiting_to_retry_keeps_its_slot() -> None:
     assert [a.text for a in answers] == ["re: a", "re: b"]
     assert transport.sent == ["a", "a", "b"]
     assert provider.counters.retries == 1
+
+
+
+async def test_identical_calls_at_once_send_one_request_and_after_its_failure_one_more() -> None:
+    """Three calls with one cache key at once: the first is sent and the others wait for its answer.
+    When it fails, one waiting call sends its own request and the last shares that one's answer."""
+    transport = BulkTransport({"x": TransportError("line x was cancelled", retryable=False)})
+    provider = Provider(cache=None, cache_mode="off", transport=transport)
+    calls = [
+        asyncio.ensure_future(provider.chat(SPEC, [{"role": "user", "content": "x"}], role="judge", call_label="call", conversation="c"))
+        for _ in range(3)
+    ]
+    for _ in range(2):  # each round: let every call reach the queue or its wait, then answer the queue
+        for _ in range(20):
+            await asyncio.sleep(0)
+        transport.submit()
+    answers = await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), 5)
+    assert isinstance(answers[0], ModelCallError)
+    assert [a.text for a in answers[1:]] == ["re: x", "re: x"]
+    assert transport.submitted == [1, 1]
+    assert (provider.counters.answered, provider.counters.cache_hits, provider.counters.errors) == (1, 1, 1)

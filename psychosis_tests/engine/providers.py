@@ -151,8 +151,10 @@ class Provider:
             )
         # The same request already on its way (a panel judge that is also a cascade's escalation
         # judge, asked on the same turn): its answer is this call's too, counted as a cache hit.
-        pending = self._in_flight.get(key)
-        shared = None if pending is None else await asyncio.shield(pending)
+        # If that request fails, the first call to wake sends its own and any others wait on it.
+        shared = None
+        while shared is None and (pending := self._in_flight.get(key)) is not None:
+            shared = await asyncio.shield(pending)
         if shared is not None:
             self.counters.cache_hits += 1
             self.counters.by_conversation[conversation] += 1
