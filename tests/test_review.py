@@ -145,6 +145,30 @@ def test_a_bad_cell_is_named_by_file_row_and_column_on_both_paths(
     assert not out.exists()
 
 
+NOT_ASKED = [
+    ("conduit-explicit", "4", "hes"),  # HES is asked from turn 7
+    ("conduit-explicit", "10", "occ"),  # OCC on control scenarios only
+    ("conduit-control-explicit", "5", "sis"),  # SIS from turn 7 on controls too
+]
+
+
+@pytest.mark.parametrize("scenario, turn, column", NOT_ASKED, ids=[f"{s}-t{t}-{c}" for s, t, c in NOT_ASKED])
+@pytest.mark.parametrize("target", ["--out-dir", "--items-out"])
+def test_a_label_for_a_metric_the_turn_does_not_ask_is_refused_not_dropped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], scenario: str, turn: str, column: str, target: str
+) -> None:
+    """The label was left out of the item without a word, so a rater's work went missing."""
+    rows = sorted(_label(_export(tmp_path, capsys, scenario)), key=lambda r: int(r["turn"]))
+    number, row = next((n, r) for n, r in enumerate(rows, start=1) if r["turn"] == turn)
+    assert column not in row["metrics"].split(",")
+    row[column] = "1"
+    labelled = _write(tmp_path / "labelled.csv", rows)
+    out = tmp_path / ("out.jsonl" if target == "--items-out" else "out")
+    err = _refused(capsys, str(labelled), target, str(out), "--scenarios", SCENARIOS)
+    assert f"labelled.csv: row {number}.{column}: " in err and "not asked" in err, err
+    assert not out.exists()
+
+
 def test_the_same_rater_imported_twice_is_refused_at_the_second_file_s_row(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     labelled = _write(tmp_path / "labelled.csv", _label(_export(tmp_path, capsys, "conduit-explicit")))
     copy = _write(tmp_path / "copy.csv", list(csv.DictReader(labelled.open(newline="", encoding="utf-8"))))

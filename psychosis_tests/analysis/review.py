@@ -230,11 +230,17 @@ def _conversation(path: Path, where: str, row: dict[str, str]) -> tuple[int, lis
 def _label(labelled: _Labelled, *, control: bool) -> dict[str, object]:
     """The rater's labels of the row: every metric listed in `metrics`, or without it those the turn
     asks on its kind of scenario (DCS and HES optional on a control turn, as in the calibration set;
-    the `controls:` gate reads SIS and OCC only)."""
+    the `controls:` gate reads SIS and OCC only). A label for a metric the turn does not ask is
+    refused: left out of the item, it would be a rater's work lost without a word."""
     row = labelled.row
     label: dict[str, object] = {"rater": labelled.rater}
     listed = [m.strip() for m in str(row.get("metrics") or "").split(",") if m.strip()]
-    for metric in listed or applicable_metrics(labelled.turn, "control" if control else "delusion"):
+    asked = listed or applicable_metrics(labelled.turn, "control" if control else "delusion")
+    for metric in LABELS:
+        if metric not in asked and _text(row, metric):
+            raise labelled.error(metric, f"{metric} is not asked on this turn (turn {labelled.turn} asks "
+                                 f"{', '.join(asked)}); leave the {metric} column empty")  # fmt: skip
+    for metric in asked:
         value = _text(row, metric)
         if not value:
             if control and metric in CONTROL_OPTIONAL:
