@@ -9,9 +9,10 @@ import math
 import krippendorff
 import numpy as np
 import pytest
+from scipy.stats import bootstrap
 from sklearn.metrics import cohen_kappa_score
 
-from psychosis_tests.analysis.agreement import agreement, alpha, kappa
+from psychosis_tests.analysis.agreement import BOOTSTRAP_SEED, agreement, alpha, kappa, kappa_interval, kappa_text
 from psychosis_tests.analysis.panel import failures, split_turns
 from psychosis_tests.engine.judges import JudgeCall
 from psychosis_tests.engine.panel import JudgePanel, combine
@@ -48,6 +49,33 @@ def test_the_bootstrap_interval_surrounds_the_estimate_and_is_reproducible() -> 
     assert first.kappa_low is not None and first.kappa_high is not None
     assert first.kappa_low < first.kappa < first.kappa_high <= 1.0
     assert (first.kappa_low, first.kappa_high) == (again.kappa_low, again.kappa_high)
+
+
+def test_on_ordinary_data_the_interval_is_scipys_percentile_bootstrap_of_scikit_learns_kappa() -> None:
+    gold, judged = GOLD * 3, JUDGED * 3
+    expected = bootstrap(
+        (np.array(gold), np.array(judged)), lambda g, j: cohen_kappa_score(g, j, weights="quadratic"), paired=True,
+        vectorized=False, n_resamples=300, confidence_level=0.95, method="percentile", rng=np.random.default_rng(BOOTSTRAP_SEED),
+    ).confidence_interval  # fmt: skip
+    low, high, undefined = kappa_interval(gold, judged, "dcs", resamples=300)
+    assert (low, high, undefined) == (pytest.approx(expected.low), pytest.approx(expected.high), 0)
+
+
+def test_a_rare_level_left_out_of_some_resamples_still_gives_an_interval_and_counts_them() -> None:
+    """Two referrals among 30 control items, both found: a resample without them has judge and gold
+    all 0, kappa undefined there, and the whole interval was n/a. About (28/30)^30 = 12.6% of
+    resamples hold neither referral; kappa is 1 on all the others."""
+    gold = [0] * 28 + [1, 1]
+    row = agreement(gold, gold, "sis", resamples=1000)
+    assert (row.kappa, row.kappa_low, row.kappa_high) == (1.0, 1.0, 1.0)
+    assert 80 < row.kappa_undefined < 180 and row.kappa_resamples == 1000
+    shown = kappa_text(gold, gold, "sis", resamples=1000)
+    assert shown == f"1.00 [1.00, 1.00; {row.kappa_undefined} of 1000 resamples undefined]"
+    # A level missing from a resample is no problem on its own: kappa is computed over every level.
+    ordinal_gold = [0] * 15 + [1] * 14 + [2]
+    ordinal_judged = [0] * 14 + [1] * 15 + [2]
+    low, high, undefined = kappa_interval(ordinal_gold, ordinal_judged, "dcs", resamples=1000)
+    assert low is not None and high is not None and low < high and undefined == 0
 
 
 def test_undefined_statistics_are_none_not_a_number() -> None:

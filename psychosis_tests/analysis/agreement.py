@@ -4,8 +4,8 @@ Cohen's kappa is scikit-learn's `cohen_kappa_score` (quadratic weights for the o
 HES, none for the binary SIS and OCC); Krippendorff's alpha is the `krippendorff` package (ordinal
 for DCS and HES, nominal for SIS and OCC); the 95% intervals are scipy's `bootstrap` through
 analysis.bootstrap (percentile method, items resampled in pairs, fixed seed so a result can be
-reproduced). Nothing here is hand-written statistics: these functions only choose the right call
-and turn "undefined" into None.
+reproduced; over the resamples on which kappa is defined, the others counted). Nothing here is
+hand-written statistics: these functions only choose the right call and turn "undefined" into None.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy as np
 import sklearn
 from sklearn.metrics import cohen_kappa_score, confusion_matrix
 
-from psychosis_tests.analysis.bootstrap import percentile_interval
+from psychosis_tests.analysis.bootstrap import defined_percentile_interval
 from psychosis_tests.records.calibration_result import MetricAgreement
 from psychosis_tests.inputs.method import METRIC_RANGE, METRIC_SPEC
 
@@ -56,16 +56,19 @@ def kappa(gold: Sequence[int], judged: Sequence[int], metric: str) -> float | No
 
 def kappa_interval(
     gold: Sequence[int], judged: Sequence[int], metric: str, *, resamples: int = BOOTSTRAP_RESAMPLES
-) -> tuple[float | None, float | None]:
-    """95% percentile-bootstrap interval of kappa; (None, None) when it cannot be had."""
+) -> tuple[float | None, float | None, int]:
+    """95% percentile-bootstrap interval of kappa, (None, None) when it cannot be had, and how many
+    resamples were left out of it: those on which kappa is undefined (judge and gold both one and
+    the same level, as when a rare level's few items are all left out and the judge agrees on the
+    rest). A resample missing some level is no problem: kappa is computed over every level."""
     if len(gold) < 2 or resamples < 1:
-        return None, None
+        return None, None, 0
 
     def statistic(g: np.ndarray, j: np.ndarray) -> float:
         value = kappa(list(g), list(j), metric)
         return np.nan if value is None else value
 
-    low, high = percentile_interval(
+    low, high, undefined = defined_percentile_interval(
         (np.asarray(gold), np.asarray(judged)),
         statistic,
         confidence=0.95,
@@ -73,16 +76,21 @@ def kappa_interval(
         seed=BOOTSTRAP_SEED,
         vectorized=False,
     )
-    return _finite(low), _finite(high)
+    return _finite(low), _finite(high), undefined
 
 
 def kappa_text(gold: Sequence[int], judged: Sequence[int], metric: str, *, resamples: int = 500) -> str:
     """E.g. "0.81 [0.76, 0.86]": kappa and its 95% bootstrap interval as the training and benchmark
-    reports print them; "n/a" for an undefined kappa, no interval where none can be had."""
+    reports print them, with the resamples left out of it when kappa was undefined on some ("0.91
+    [0.62, 1.00; 41 of 500 resamples undefined]"); "n/a" for an undefined kappa, no interval where
+    none can be had."""
     value = kappa(gold, judged, metric)
-    low, high = kappa_interval(gold, judged, metric, resamples=resamples)
+    low, high, undefined = kappa_interval(gold, judged, metric, resamples=resamples)
     shown = "n/a" if value is None else f"{value:.2f}"
-    return shown if low is None or high is None else f"{shown} [{low:.2f}, {high:.2f}]"
+    if low is None or high is None:
+        return shown
+    left_out = f"; {undefined} of {resamples} resamples undefined" if undefined else ""
+    return f"{shown} [{low:.2f}, {high:.2f}{left_out}]"
 
 
 def alpha(ratings: Sequence[Sequence[float]], metric: str) -> float | None:
@@ -118,9 +126,10 @@ def agreement(
     levels = list(METRIC_RANGE[metric])
     n = len(gold)
     low = high = None
+    undefined = 0
     confusion: list[list[int]] = []
     if detailed:
-        low, high = kappa_interval(gold, judged, metric, resamples=resamples)
+        low, high, undefined = kappa_interval(gold, judged, metric, resamples=resamples)
         if n:
             confusion = confusion_matrix(gold, judged, labels=levels).tolist()
         else:
@@ -132,6 +141,8 @@ def agreement(
         kappa=kappa(gold, judged, metric),
         kappa_low=low,
         kappa_high=high,
+        kappa_undefined=undefined,
+        kappa_resamples=resamples if detailed and n >= 2 else 0,
         weighting=weighting(metric),  # type: ignore[arg-type]
         exact_agreement=float(np.mean(np.asarray(gold) == np.asarray(judged))) if n else 0.0,
         alpha=alpha([gold, judged], metric) if n else None,

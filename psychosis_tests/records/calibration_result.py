@@ -64,9 +64,14 @@ class MetricAgreement(BaseModel):
     """Cohen's kappa: quadratic-weighted for DCS and HES, unweighted for SIS and OCC; None when
     undefined (both sides constant and equal, or no items)."""
     kappa_low: float | None = None
-    """Lower end of the 95% bootstrap interval (percentile, 2000 resamples, fixed seed)."""
+    """Lower end of the 95% bootstrap interval (percentile, `kappa_resamples` resamples, fixed seed)."""
     kappa_high: float | None = None
     """Upper end of that interval."""
+    kappa_resamples: int = 0
+    """The bootstrap's resamples (0 where none was drawn: fewer than two items, breakdowns)."""
+    kappa_undefined: int = 0
+    """Of those, the resamples on which kappa was undefined (judge and gold both one and the same
+    level: a rare level's items all left out), left out of the interval."""
     weighting: Literal["quadratic", "none"]
     exact_agreement: float
     """Share of items where the judge gave exactly the gold label."""

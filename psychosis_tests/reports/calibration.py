@@ -43,6 +43,15 @@ def _interval(row: MetricAgreement) -> str:
     return f"{row.kappa_low:.2f} to {row.kappa_high:.2f}"
 
 
+def _left_out(row: MetricAgreement) -> str | None:
+    """The resamples left out of a row's interval, kappa being undefined on them; None if none was
+    (or there is no interval: kappa is undefined on every resample)."""
+    if not row.kappa_undefined or row.kappa_low is None:
+        return None
+    return (f"{row.title}: {row.kappa_undefined} of {row.kappa_resamples} bootstrap resamples left out of the kappa "
+            "interval (kappa is undefined on them: judge and gold all one and the same level)")  # fmt: skip
+
+
 def _gate(row: MetricAgreement) -> str:
     if row.passed is None:
         return "not gated"
@@ -100,6 +109,7 @@ def terminal_lines(result: CalibrationResult) -> list[str]:
             f"{row.title:<15} {row.n:>4} {_kappa(row):>6} {_interval(row):>14} {format_number(row.minimum):>5} "
             f"{row.exact_agreement:>6.2f} {format_number(row.alpha):>6}  {_gate(row)}"
         )
+    lines += [line for row in [*result.metrics, *result.ungated] if (line := _left_out(row))]
     for r in result.inter_rater:
         lines.append(
             f"raters among themselves, {row_title(r.metric, r.kind)}: alpha {format_number(r.alpha)}, kappa {format_number(r.kappa)} "
@@ -189,7 +199,7 @@ def markdown_lines(result: CalibrationResult) -> list[str]:
         f"({result.control_items} on control scenarios); repeats {result.repeats}.",
         "",
         "Cohen's kappa is quadratic-weighted for DCS and HES and unweighted for SIS and OCC; the interval is a 95% "
-        "percentile bootstrap over items; alpha is Krippendorff's (ordinal DCS/HES, nominal SIS/OCC) of judge and gold. "
+        "percentile bootstrap over items (over the resamples on which kappa is defined); alpha is Krippendorff's (ordinal DCS/HES, nominal SIS/OCC) of judge and gold. "
         "DCS, HES and SIS are measured on the items of delusion scenarios; OCC (over-caution) and SIS (controls) "
         "on the items of control scenarios, which the judge scores as in a benchmark run on a control. "
         "Both SIS rows are held to the SIS minimum.",
@@ -203,6 +213,9 @@ def markdown_lines(result: CalibrationResult) -> list[str]:
             f"| {row.title} | {row.n} | {_kappa(row)} | {_interval(row)} | {format_number(row.minimum)} | "
             f"{gate} | {row.exact_agreement:.2f} | {format_number(row.alpha)} |"
         )
+    left_out = [line for row in rows if (line := _left_out(row))]
+    if left_out:
+        lines += ["", *(f"- {line}." for line in left_out)]
     missing = _unmeasured(result)
     if missing:
         lines += ["", f"**No judged item for {', '.join(m.title for m in missing)}: the judge is not measured there and the gate fails.**"]
