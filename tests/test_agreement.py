@@ -80,6 +80,10 @@ def test_a_rare_level_left_out_of_some_resamples_still_gives_an_interval_and_cou
 
 def test_undefined_statistics_are_none_not_a_number() -> None:
     assert kappa([1, 1, 1], [1, 1, 1], "dcs") is None
+    # Gold of one level: kappa was 0.0 whether the judge got 5 of 6 right or none, a number that measures nothing.
+    assert kappa([1] * 6, [1, 1, 1, 1, 1, 0], "sis") is None and kappa([0] * 6, [2] * 6, "dcs") is None
+    row = agreement([0] * 6, [0, 0, 1, 0, 2, 0], "hes", resamples=50)
+    assert (row.kappa, row.kappa_low, row.kappa_high) == (None, None, None)
     assert alpha([[1, 1, 1], [1, 1, 1]], "dcs") is None
     assert alpha([[1, 0]], "sis") is None  # one rater
 

@@ -526,6 +526,21 @@ def test_a_rare_level_gives_a_kappa_interval_and_counts_the_resamples_left_out(t
             "(kappa is undefined on them") in done.stdout  # fmt: skip
 
 
+def test_items_whose_gold_labels_are_all_one_level_have_no_kappa_and_say_why(tmp_path: Path) -> None:
+    """Every rater gives SIS 0 and OCC 0 on every item: the judge's kappa was 0.00 (interval 0.00 to
+    0.00) on both rows however many of its answers matched, with no word of why."""
+    items = _control_items(tmp_path / "one level.jsonl", [(reply, {"sis": 0, "occ": 0}) for reply, _ in CONTROL_REPLIES * 3])
+    done = _calibrate(tmp_path, "--judge", "reference/judge", "--items", str(items), *FEW_RESAMPLES)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stdout + done.stderr
+    rows = {(m["metric"], m["kind"]): m for m in _result(tmp_path)["metrics"]}
+    for metric, title in (("sis", "SIS (controls)"), ("occ", "OCC")):
+        row = rows[(metric, "control")]
+        assert (row["n"], row["kappa"], row["kappa_low"], row["passed"]) == (12, None, None, False)
+        assert 0 < row["exact_agreement"] < 1  # the judge answered 1 on some: kappa 0 was the formula, not the judge
+        assert (f"{title}: the gold labels of its 12 item(s) are all 0, so kappa is undefined: these items cannot show "
+                "whether the judge tells the levels apart (the gate fails)") in done.stdout.splitlines()  # fmt: skip
+
+
 def test_an_old_result_without_occ_says_so_in_a_benchmark_run() -> None:
     from psychosis_tests.records.calibration_result import CalibrationResult
     from psychosis_tests.inputs.judge_identity import judge_fingerprint

@@ -42,8 +42,10 @@ def _finite(value: float) -> float | None:
 
 
 def kappa(gold: Sequence[int], judged: Sequence[int], metric: str) -> float | None:
-    """Cohen's kappa of judge against gold on one metric; None when undefined (both constant and equal)."""
-    if not gold:
+    """Cohen's kappa of judge against gold on one metric; None when undefined: no items, or gold of
+    one level only. On such items kappa is 0 whatever the judge answers (or undefined if it always
+    agrees): they cannot show whether a judge tells the levels apart, so no number is made up."""
+    if len(set(gold)) < 2:
         return None
     weights = None if weighting(metric) == "none" else "quadratic"
     with warnings.catch_warnings(), sklearn.config_context(skip_parameter_validation=True):
@@ -58,9 +60,9 @@ def kappa_interval(
     gold: Sequence[int], judged: Sequence[int], metric: str, *, resamples: int = BOOTSTRAP_RESAMPLES
 ) -> tuple[float | None, float | None, int]:
     """95% percentile-bootstrap interval of kappa, (None, None) when it cannot be had, and how many
-    resamples were left out of it: those on which kappa is undefined (judge and gold both one and
-    the same level, as when a rare level's few items are all left out and the judge agrees on the
-    rest). A resample missing some level is no problem: kappa is computed over every level."""
+    resamples were left out of it: those on which kappa is undefined (gold all one level, as when a
+    rare level's few items are all left out). A resample missing some level is no problem otherwise:
+    kappa is computed over every level."""
     if len(gold) < 2 or resamples < 1:
         return None, None, 0
 

@@ -58,8 +58,8 @@ def defined_percentile_interval(
     vectorized: bool,
 ) -> tuple[float, float, int]:
     """`percentile_interval` over the resamples on which the statistic is defined (not NaN), and how
-    many were not: a kappa is undefined on a resample where both sides are one and the same level,
-    which a row with a rare level draws now and then. The same resamples and percentiles as
+    many were not: a kappa is undefined on a resample whose gold labels are all one level, which a
+    row with a rare level draws now and then. The same resamples and percentiles as
     `percentile_interval`, so without an undefined resample the interval is its own; NaN ends when
     none is defined."""
     result = _bootstrap(samples, statistic, confidence=confidence, n_resamples=n_resamples, seed=seed, vectorized=vectorized)

@@ -62,7 +62,7 @@ class MetricAgreement(BaseModel):
     """Items with both a gold label and a judge score on this metric."""
     kappa: float | None
     """Cohen's kappa: quadratic-weighted for DCS and HES, unweighted for SIS and OCC; None when
-    undefined (both sides constant and equal, or no items)."""
+    undefined (gold all one level, or no items)."""
     kappa_low: float | None = None
     """Lower end of the 95% bootstrap interval (percentile, `kappa_resamples` resamples, fixed seed)."""
     kappa_high: float | None = None
@@ -70,8 +70,8 @@ class MetricAgreement(BaseModel):
     kappa_resamples: int = 0
     """The bootstrap's resamples (0 where none was drawn: fewer than two items, breakdowns)."""
     kappa_undefined: int = 0
-    """Of those, the resamples on which kappa was undefined (judge and gold both one and the same
-    level: a rare level's items all left out), left out of the interval."""
+    """Of those, the resamples on which kappa was undefined (gold all one level: a rare level's
+    items all left out), left out of the interval."""
     weighting: Literal["quadratic", "none"]
     exact_agreement: float
     """Share of items where the judge gave exactly the gold label."""

@@ -49,7 +49,17 @@ def _left_out(row: MetricAgreement) -> str | None:
     if not row.kappa_undefined or row.kappa_low is None:
         return None
     return (f"{row.title}: {row.kappa_undefined} of {row.kappa_resamples} bootstrap resamples left out of the kappa "
-            "interval (kappa is undefined on them: judge and gold all one and the same level)")  # fmt: skip
+            "interval (kappa is undefined on them: their gold labels are all one level)")  # fmt: skip
+
+
+def _one_level(row: MetricAgreement) -> str | None:
+    """Why a row with items has no kappa: its gold labels are all one level; None otherwise."""
+    if row.kappa is not None or not row.n:
+        return None
+    gold = next((level for level, counts in zip(row.levels, row.confusion, strict=True) if any(counts)), None)
+    gate = " (the gate fails)" if row.minimum is not None else ""
+    return (f"{row.title}: the gold labels of its {row.n} item(s) are all {gold if gold is not None else 'one level'}, "
+            f"so kappa is undefined: these items cannot show whether the judge tells the levels apart{gate}")  # fmt: skip
 
 
 def _gate(row: MetricAgreement) -> str:
@@ -109,7 +119,7 @@ def terminal_lines(result: CalibrationResult) -> list[str]:
             f"{row.title:<15} {row.n:>4} {_kappa(row):>6} {_interval(row):>14} {format_number(row.minimum):>5} "
             f"{row.exact_agreement:>6.2f} {format_number(row.alpha):>6}  {_gate(row)}"
         )
-    lines += [line for row in [*result.metrics, *result.ungated] if (line := _left_out(row))]
+    lines += [line for row in [*result.metrics, *result.ungated] if (line := _left_out(row) or _one_level(row))]
     for r in result.inter_rater:
         lines.append(
             f"raters among themselves, {row_title(r.metric, r.kind)}: alpha {format_number(r.alpha)}, kappa {format_number(r.kappa)} "
@@ -213,7 +223,7 @@ def markdown_lines(result: CalibrationResult) -> list[str]:
             f"| {row.title} | {row.n} | {_kappa(row)} | {_interval(row)} | {format_number(row.minimum)} | "
             f"{gate} | {row.exact_agreement:.2f} | {format_number(row.alpha)} |"
         )
-    left_out = [line for row in rows if (line := _left_out(row))]
+    left_out = [line for row in rows if (line := _left_out(row) or _one_level(row))]
     if left_out:
         lines += ["", *(f"- {line}." for line in left_out)]
     missing = _unmeasured(result)
