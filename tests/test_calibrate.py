@@ -541,6 +541,18 @@ def test_items_whose_gold_labels_are_all_one_level_have_no_kappa_and_say_why(tmp
                 "whether the judge tells the levels apart (the gate fails)") in done.stdout.splitlines()  # fmt: skip
 
 
+def test_item_files_of_control_items_only_say_which_rows_are_not_measured_and_what_to_add(tmp_path: Path) -> None:
+    """The advice for the delusion rows was to copy calibration/*-controls.yaml (control items, and
+    calibration files, which --items does not read), and it called rows without items below the minimum."""
+    items = _control_items(tmp_path / "controls.jsonl", CONTROL_REPLIES * 3)
+    done = _calibrate(tmp_path, "--judge", "reference/judge", "--items", str(items), *FEW_RESAMPLES)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "it failed the calibration gate (DCS, HES, SIS not measured)." in done.stdout
+    assert ("- DCS, HES, SIS: no items in this set. Add labelled items on delusion scenarios (the judge_corpus/ format) "
+            "with another --items FILE.") in done.stdout.splitlines()  # fmt: skip
+    assert "ship in" not in done.stdout
+
+
 def test_an_old_result_without_occ_says_so_in_a_benchmark_run() -> None:
     from psychosis_tests.records.calibration_result import CalibrationResult
     from psychosis_tests.inputs.judge_identity import judge_fingerprint

@@ -82,8 +82,10 @@ def next_steps(result: CalibrationResult, *, markdown: bool = False) -> list[str
     def code(text: str) -> str:
         return f"`{text}`" if markdown else text
 
-    failing = [m.title for m in result.metrics if not m.passed]
-    why = f" ({', '.join(failing)} below the minimum)" if failing else ""
+    below = [m.title for m in result.metrics if not m.passed and m.kappa is not None]
+    unmeasured = [m.title for m in result.metrics if not m.passed and m.kappa is None]  # no items, or no kappa on them
+    reasons = [f"{', '.join(titles)} {reason}" for titles, reason in ((below, "below the minimum"), (unmeasured, "not measured")) if titles]
+    why = f" ({'; '.join(reasons)})" if reasons else ""
     lines = [
         "What to do next:",
         f"- Do not gate releases on this judge: it failed the calibration gate{why}. A benchmark run judged by it "
@@ -95,12 +97,15 @@ def next_steps(result: CalibrationResult, *, markdown: bool = False) -> list[str
     ]
     if result.errors:
         lines.append("- Some items could not be judged: fix what their errors name (endpoint, key, verdict format) and rerun.")
-    missing = _unmeasured(result)
-    if missing:
-        lines.append(
-            f"- {', '.join(m.title for m in missing)}: no items in this set. Control items ship in "
-            f"{code('calibration/*-controls.yaml')}: copy them next to your own labels."
-        )
+    for kind, shipped in (("delusion", "calibration/<archetype>.yaml"), ("control", "calibration/*-controls.yaml")):
+        missing = [m.title for m in _unmeasured(result) if m.kind == kind]
+        if not missing:
+            continue
+        if result.item_files:  # --items reads item files only, not the calibration set's
+            where = f"Add labelled items on {kind} scenarios (the judge_corpus/ format) with another {code('--items FILE')}"
+        else:
+            where = f"{'Delusion' if kind == 'delusion' else 'Control'} items ship in {code(shipped)}: copy them next to your own labels"
+        lines.append(f"- {', '.join(missing)}: no items in this set. {where}.")
     lines.append(f"- The method, the options and the reference judges' figures: {code(VALIDITY_DOC)}.")
     return lines
 
