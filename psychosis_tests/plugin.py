@@ -306,6 +306,10 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
     describe_case(key, bench.plan, outcome, item.stash.get(case_error_key, None), timing.seconds if timing else None)
 
 
+selected_key = pytest.StashKey[bool]()
+"""Set once -k, -m, --deselect and --shard have chosen the run's items."""
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """--shard: after -k, -m and --deselect have had their say, keep this shard's cases only
@@ -320,6 +324,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=dropped)
         gone = set(map(id, dropped))
         items[:] = [item for item in items if id(item) not in gone]
+    config.stash[selected_key] = True
 
 
 @pytest.hookimpl(wrapper=True)
@@ -329,6 +334,10 @@ def pytest_collection_finish(session: pytest.Session):
     bench = session.config.stash.get(session_key, None)
     if bench is None or session.config.option.collectonly:
         return (yield)  # --collect-only lists cases; it must not start (and pay for) conversations
+    if not session.config.stash.get(selected_key, False):
+        # An interrupt during collection: pytest still calls this hook, with every item collected
+        # so far, none deselected by -k or -m yet. They are not the run's cases.
+        return (yield)
     collected = {key: item.nodeid for item in session.items if (key := _case_key(item)) is not None}
     if bench.is_worker:
         bench.write_collection(session.config.workerinput["workerid"], collected)  # type: ignore[attr-defined]

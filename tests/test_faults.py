@@ -282,6 +282,30 @@ def test_a_run_cancelled_with_sigterm_writes_its_results_with_the_cases_not_run(
     assert all(c["outcome"] in ("passed", "error") for c in cases)
 
 
+class _SignalWhileCollecting:
+    """Sends the signal to this process as pytest hands the collected items to the plugins, before -k deselects any."""
+
+    def __init__(self, signum: signal.Signals):
+        self.signum = signum
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_modifyitems(self) -> None:
+        os.kill(os.getpid(), self.signum)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_run_interrupted_while_collecting_records_no_case(benchmark_runner: BenchmarkRunner, signum: signal.Signals) -> None:
+    """pytest still reports the collection finished, with every case collected and none deselected:
+    results.json held all 32 as "not run" where -k selected 2. Nothing was selected, so nothing is recorded."""
+    args = benchmark_runner.args("--model", "reference/guardian", "-k", "conduit and not control")
+    result = benchmark_runner.pytester.runpytest(*args, plugins=[_SignalWhileCollecting(signum)], no_reraise_ctrlc=True)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    assert not list(benchmark_runner.report_dir.glob("*/results.json"))
+    assert any(line.startswith("psychosis-bench: the session was interrupted while pytest collected, before the run's cases "
+                               "were selected, so no case is recorded and no results.json was written")
+               for line in result.outlines), result.outlines[-10:]  # fmt: skip
+
+
 def test_two_runs_share_one_cache_file_at_once(benchmark_runner: BenchmarkRunner) -> None:
     tmp_path = benchmark_runner.path
     with ReferenceServer(latency=0.2) as server:  # slow enough that the two runs overlap

@@ -100,6 +100,8 @@ class ResultCollector:
         self.summary: dict | None = None
         self.nothing_ran = False
         """No benchmark case was selected (say, -k matched none): the run leaves no folder."""
+        self.stopped_before_selection = False
+        """Interrupted before collection settled the run's cases: it records none (not even as not run)."""
         self.unwritten: str | None = None
         """Why the run's results and summaries could not be written, when they could not."""
         self.progress: ProgressReporter | None = None
@@ -157,6 +159,11 @@ class ResultCollector:
         if self.progress is not None:
             self.progress.stop()
         self.bench.stop_unfinished()
+        if self.bench.selected is None and session.exitstatus == pytest.ExitCode.INTERRUPTED:
+            # No results.json: its cases would be a guess, and one of no case reads as a run (or a
+            # shard) that selected none.
+            self.stopped_before_selection = True
+            return
         self.bench.record_unreported("not run: the session stopped before this case reported (-x, --maxfail or an interrupt)")
         # A shard of a selection that holds cases; a selection of none (-k matching nothing) is
         # no shard of anything: it ends as the same run unsplit does, or N empty shards would merge
@@ -190,6 +197,13 @@ class ResultCollector:
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if self.nothing_ran:
             terminalreporter.write_line("psychosis-bench: no benchmark case was selected or run, so no run folder was written")
+        if self.stopped_before_selection:
+            early = (f" ({self.bench.run_dir} keeps the case files of any conversation started early that finished)"
+                     if self.bench.run_dir.exists() else "")  # fmt: skip
+            terminalreporter.write_line(
+                "psychosis-bench: the session was interrupted while pytest collected, before the run's cases were "
+                f"selected, so no case is recorded and no results.json was written{early}"
+            )
         if self.unwritten is not None:
             terminalreporter.write_line(self.unwritten)
         if self.summary is None:

@@ -67,8 +67,9 @@ class BenchmarkSession:
         """Each case's result, once its test reported (or the run ended without it)."""
         self.finished: dict[CaseKey, CaseOutcome | CaseError] = {}
         """Every case the engine finished, as it handed it over (the controller's engine thread)."""
-        self.selected: dict[CaseKey, str] = {}
-        """The cases the run selected, with their pytest node ids (known once collection settles it)."""
+        self.selected: dict[CaseKey, str] | None = None
+        """The cases the run selected, with their pytest node ids; None until collection settles
+        it (a session interrupted while pytest collected never does)."""
         self._case_at: dict[str, CaseKey] = {}
         self.selection: list[str] | None = None
         """Ids of the cases the run selected before --shard split them; None until known."""
@@ -216,7 +217,7 @@ class BenchmarkSession:
     def record_unreported(self, reason: str) -> None:
         """Record every selected case that never reported (the run stopped early: -x, --maxfail,
         an interrupt) as an error saying so, so the reports show the whole selection."""
-        for key, nodeid in self.selected.items():
+        for key, nodeid in (self.selected or {}).items():
             if key not in self.records:
                 self.records[key] = CaseRecord(key, "error", nodeid, error=reason)
 
