@@ -301,9 +301,33 @@ def test_a_run_interrupted_while_collecting_records_no_case(benchmark_runner: Be
     result = benchmark_runner.pytester.runpytest(*args, plugins=[_SignalWhileCollecting(signum)], no_reraise_ctrlc=True)
     assert result.ret == pytest.ExitCode.INTERRUPTED
     assert not list(benchmark_runner.report_dir.glob("*/results.json"))
-    assert any(line.startswith("psychosis-bench: the session was interrupted while pytest collected, before the run's cases "
-                               "were selected, so no case is recorded and no results.json was written")
-               for line in result.outlines), result.outlines[-10:]  # fmt: skip
+    assert any(line.startswith(STOPPED_BEFORE_SELECTION) for line in result.outlines), result.outlines[-10:]
+
+
+STOPPED_BEFORE_SELECTION = ("psychosis-bench: the session was interrupted before the run's cases were selected (while pytest "
+                            "collected, or xdist started its workers), so no case is recorded and no results.json was written")  # fmt: skip
+
+
+@pytest.mark.parametrize("hook", ["pytest_configure_node", "pytest_testnodeready"], ids=["workers-starting", "workers-collecting"])
+def test_a_run_under_xdist_cancelled_before_its_workers_collected_says_so(benchmark_runner: BenchmarkRunner, hook: str) -> None:
+    """SIGTERM to the controller as xdist starts its workers (pytest then skips pytest_sessionfinish and
+    the terminal summary: nothing was said at all) or once they are up but have not collected (it said
+    "no benchmark case was selected or run, so no run folder was written" beside the run folder its
+    engine had made). As without xdist: no results.json, and the line saying why."""
+    benchmark_runner.pytester.makepyfile(
+        interrupter=f"""
+        import os, signal, pytest
+
+        @pytest.hookimpl(optionalhook=True)
+        def {hook}(node):
+            os.kill(os.getpid(), signal.SIGTERM)
+        """
+    )
+    args = benchmark_runner.args("--model", "reference/guardian", "-k", "conduit and not control", "-n", "2", "-p", "interrupter")
+    result = benchmark_runner.pytester.runpytest_subprocess(*args, timeout=120)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    assert not list(benchmark_runner.report_dir.glob("*/results.json"))
+    assert any(line.startswith(STOPPED_BEFORE_SELECTION) for line in result.outlines), result.outlines[-10:]
 
 
 def test_two_runs_share_one_cache_file_at_once(benchmark_runner: BenchmarkRunner) -> None:
@@ -743,7 +767,7 @@ def test_a_session_started_off_the_main_thread_leaves_sigterm_alone() -> None:
             collector.bench = types.SimpleNamespace(start=lambda keys: None)
             collector.preload_now = threading.Event()
             collector._preload_statistics = lambda: None
-            collector.pytest_sessionstart(types.SimpleNamespace(config=None))
+            next(collector.pytest_sessionstart(types.SimpleNamespace(config=None)))  # a wrapper: up to its yield
         except BaseException as exc:  # noqa: BLE001 (reported below)
             failures.append(exc)
 

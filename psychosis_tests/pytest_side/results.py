@@ -102,6 +102,9 @@ class ResultCollector:
         """No benchmark case was selected (say, -k matched none): the run leaves no folder."""
         self.stopped_before_selection = False
         """Interrupted before collection settled the run's cases: it records none (not even as not run)."""
+        self.started = False
+        """Every plugin's pytest_sessionstart has returned: pytest will call pytest_sessionfinish."""
+        self.reporter: pytest.TerminalReporter | None = None
         self.unwritten: str | None = None
         """Why the run's results and summaries could not be written, when they could not."""
         self.progress: ProgressReporter | None = None
@@ -110,21 +113,30 @@ class ResultCollector:
         self.sigterm: signal.Handlers | int | None = None
         """SIGTERM's handler before the session, put back when it ends (None: not replaced)."""
 
-    def pytest_sessionstart(self, session: pytest.Session) -> None:
+    @pytest.hookimpl(wrapper=True)
+    def pytest_sessionstart(self, session: pytest.Session):
+        """A wrapper, to know when every plugin's session start has returned (xdist's starts the
+        workers): pytest calls pytest_sessionfinish only after that."""
+        self._start(session)
+        result = yield
+        self.started = True
+        return result
+
+    def _start(self, session: pytest.Session) -> None:
         # A CI job cancelled with SIGTERM ends as Ctrl-C does: the cases not reported are written
         # as not run, rather than the process dying with no results.json at all.
         # Only the main thread may set a handler (pytest run from another thread keeps the default).
         if threading.current_thread() is threading.main_thread():
             self.sigterm = signal.signal(signal.SIGTERM, signal.default_int_handler)
+        self.reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         # Start the conversations now, while pytest collects (and xdist workers start up).
         self.bench.start(preselected_cases(session.config, self.bench) or [])
         self.preload = threading.Thread(target=self._preload_statistics, name="psychosis-preload", daemon=True)
         self.preload.start()
         if session.config.pluginmanager.getplugin("dsession") is None:
             return  # without xdist the waiting test prints progress itself
-        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         self.progress = ProgressReporter(
-            self.bench.progress_line, lambda line: write_progress(reporter, line), self.bench.plan.settings.progress_interval
+            self.bench.progress_line, lambda line: write_progress(self.reporter, line), self.bench.plan.settings.progress_interval
         )
         self.progress.start()
 
@@ -151,17 +163,26 @@ class ResultCollector:
         # Ahead of the terminal reporter, whose rendering of the interrupt's traceback takes a
         # second or two, while the engine would go on making calls.
         self.bench.stop_unfinished()
+        if not self.started:
+            # Interrupted while the session started (xdist starts its workers then, a second or
+            # two): pytest calls neither pytest_sessionfinish nor the terminal summary.
+            self._end()
+            if self.reporter is not None:
+                self.reporter.write_line(self._stopped_before_selection_line())
 
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+    def _end(self) -> None:
         if self.sigterm is not None:
             signal.signal(signal.SIGTERM, self.sigterm)
         self.preload_now.set()  # a run that reported nothing leaves no thread polling
         if self.progress is not None:
             self.progress.stop()
         self.bench.stop_unfinished()
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        self._end()
         if self.bench.selected is None and session.exitstatus == pytest.ExitCode.INTERRUPTED:
             # No results.json: its cases would be a guess, and one of no case reads as a run (or a
-            # shard) that selected none.
+            # shard) that selected none. Under xdist: no worker had collected.
             self.stopped_before_selection = True
             return
         self.bench.record_unreported("not run: the session stopped before this case reported (-x, --maxfail or an interrupt)")
@@ -194,16 +215,17 @@ class ResultCollector:
 
             write_allure_summary(Path(alluredir), self.summary, self.bench.run_dir)
 
+    def _stopped_before_selection_line(self) -> str:
+        early = (f" ({self.bench.run_dir} keeps the case files of any conversation started early that finished)"
+                 if self.bench.run_dir.exists() else "")  # fmt: skip
+        return ("psychosis-bench: the session was interrupted before the run's cases were selected (while pytest "
+                f"collected, or xdist started its workers), so no case is recorded and no results.json was written{early}")
+
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if self.nothing_ran:
             terminalreporter.write_line("psychosis-bench: no benchmark case was selected or run, so no run folder was written")
         if self.stopped_before_selection:
-            early = (f" ({self.bench.run_dir} keeps the case files of any conversation started early that finished)"
-                     if self.bench.run_dir.exists() else "")  # fmt: skip
-            terminalreporter.write_line(
-                "psychosis-bench: the session was interrupted while pytest collected, before the run's cases were "
-                f"selected, so no case is recorded and no results.json was written{early}"
-            )
+            terminalreporter.write_line(self._stopped_before_selection_line())
         if self.unwritten is not None:
             terminalreporter.write_line(self.unwritten)
         if self.summary is None:
