@@ -228,7 +228,9 @@ def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
     session = node.config.stash.get(session_key, None)
     if session is None or node.config.option.collectonly:
         return
-    session.settle(session.read_collection(node.workerinput["workerid"]))
+    collected = session.read_collection(node.workerinput["workerid"])
+    if collected is not None:
+        session.settle(collected)
 
 
 # -- collection -----------------------------------------------------------------------------

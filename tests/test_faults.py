@@ -304,6 +304,28 @@ def test_a_run_interrupted_while_collecting_records_no_case(benchmark_runner: Be
     assert any(line.startswith(STOPPED_BEFORE_SELECTION) for line in result.outlines), result.outlines[-10:]
 
 
+def test_a_run_whose_xdist_workers_are_interrupted_while_collecting_records_no_case(benchmark_runner: BenchmarkRunner) -> None:
+    """Each worker hands the controller the cases it collected; one interrupted while collecting
+    handed it every case, none deselected, and the run recorded them all as "not run"."""
+    benchmark_runner.pytester.makepyfile(
+        interrupter="""
+        import os, signal, pytest
+
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_collection_modifyitems(config):
+            if hasattr(config, "workerinput"):
+                os.kill(os.getpid(), signal.SIGINT)
+        """
+    )
+    args = benchmark_runner.args("--model", "reference/guardian", "-k", "conduit and not control", "-n", "2",
+                                 "--max-worker-restart=0", "-p", "interrupter")  # fmt: skip
+    result = benchmark_runner.pytester.runpytest_subprocess(*args, timeout=120)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    assert not [line for line in result.outlines + result.errlines if "INTERNALERROR" in line]
+    assert not list(benchmark_runner.report_dir.glob("*/results.json"))
+    assert any(line.startswith(STOPPED_BEFORE_SELECTION) for line in result.outlines), result.outlines[-10:]
+
+
 STOPPED_BEFORE_SELECTION = ("psychosis-bench: the session was interrupted before the run's cases were selected (while pytest "
                             "collected, or xdist started its workers), so no case is recorded and no results.json was written")  # fmt: skip
 

@@ -149,12 +149,16 @@ class BenchmarkSession:
         tmp.write_text(json.dumps({"cases": rows, "selection": self.selection}), encoding="utf-8")
         tmp.replace(path)
 
-    def read_collection(self, worker: str) -> dict[CaseKey, str]:
+    def read_collection(self, worker: str) -> dict[CaseKey, str] | None:
         """The controller's side: what that worker collected; its file is removed once read. The
         worker's selection becomes the run's: the controller collects nothing itself, and its guess
-        at session start is missing when -m, --deselect or node ids choose the cases."""
+        at session start is missing when -m, --deselect or node ids choose the cases. None when the
+        worker wrote no file: interrupted while it collected, it selected nothing."""
         path = self._collection_file(worker)
-        found = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            found = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
         path.unlink()
         if found["selection"] is not None:
             self.selection = found["selection"]
