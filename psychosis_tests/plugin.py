@@ -38,6 +38,8 @@ from psychosis_tests.sessions.benchmark import BenchmarkSession, case_error_para
 
 CASE_FIXTURE = "psychosis_case"
 WORKER_INPUT = "psychosis_session"
+WORKER_USAGE_ERROR = "psychosis_usage_error"
+"""A worker's usage error, in its xdist workeroutput, for the controller to stop the run with."""
 session_key = pytest.StashKey[BenchmarkSession]()
 
 OPTIONS: list[tuple[str, str, dict]] = [
@@ -233,6 +235,15 @@ def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
         session.settle(collected)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error: object) -> None:
+    """xdist controller: a worker that stopped with a usage error stops the run with it, as the
+    controller's own checks do (raised in the worker, it was an INTERNALERROR traceback)."""
+    problem = getattr(node, "workeroutput", {}).get(WORKER_USAGE_ERROR)
+    if problem is not None:
+        raise pytest.UsageError(problem)
+
+
 # -- collection -----------------------------------------------------------------------------
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if CASE_FIXTURE not in metafunc.fixturenames:
@@ -342,7 +353,12 @@ def pytest_collection_finish(session: pytest.Session):
         return (yield)
     collected = {key: item.nodeid for item in session.items if (key := _case_key(item)) is not None}
     if bench.is_worker:
-        bench.write_collection(session.config.workerinput["workerid"], collected)  # type: ignore[attr-defined]
+        try:
+            bench.write_collection(session.config.workerinput["workerid"], collected)  # type: ignore[attr-defined]
+        except PsychosisBenchError as exc:  # the controller stops the run with it (pytest_testnodedown)
+            problem = f"psychosis-bench: {' '.join(str(exc).split())}"
+            session.config.workeroutput[WORKER_USAGE_ERROR] = problem  # type: ignore[attr-defined]
+            pytest.exit(problem, returncode=pytest.ExitCode.USAGE_ERROR)
         return (yield)
     result = yield
     if session.config.getoption("psychosis_estimate"):

@@ -330,6 +330,41 @@ def test_a_report_folder_that_cannot_be_written_is_one_line(run: Run, monkeypatc
     ), line
 
 
+def test_a_report_folder_gone_read_only_as_the_xdist_workers_start_is_one_line(benchmark_runner: BenchmarkRunner) -> None:
+    """The controller checked the folder; a worker that cannot write its collected cases there
+    raised an INTERNALERROR traceback. Now the run stops with the usage error -n 0 gives."""
+    benchmark_runner.pytester.makepyfile(
+        read_only_for_workers="""
+        import errno
+        from pathlib import Path
+
+        def pytest_configure(config):
+            if not hasattr(config, "workerinput"):
+                return
+            write_text = Path.write_text
+
+            def read_only(self, *args, **kwargs):
+                if "reports" in self.parts:
+                    raise OSError(errno.EROFS, "Read-only file system", str(self))
+                return write_text(self, *args, **kwargs)
+
+            Path.write_text = read_only
+        """
+    )
+    args = benchmark_runner.args("--model", "reference/guardian", "-k", "conduit-explicit", "-n", "2", "-p", "read_only_for_workers")
+    result = benchmark_runner.pytester.runpytest_subprocess(*args, timeout=120)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    output = result.outlines + result.errlines
+    assert not [line for line in output if "INTERNALERROR" in line or "Traceback" in line], output
+    run_dir = re.escape(str(benchmark_runner.only_run_dir()))
+    errors = [line for line in output if line.startswith("ERROR: ")]
+    assert len(errors) == 1 and re.fullmatch(
+        rf"ERROR: psychosis-bench: {run_dir}: the run folder cannot be written \(Read-only file system: "
+        rf"{run_dir}/collected-gw[01]\.tmp\); choose another --report-dir", errors[0]
+    ), errors  # fmt: skip
+    assert not (benchmark_runner.only_run_dir() / "results.json").exists()
+
+
 @pytest.mark.parametrize("form", ["--scenarios=missing.json", "--scenarios=missing-folder"])
 def test_missing_scenarios(run: Run, form: str) -> None:
     line = run.usage_error(form)

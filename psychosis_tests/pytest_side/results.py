@@ -185,6 +185,8 @@ class ResultCollector:
             # shard) that selected none. Under xdist: no worker had collected.
             self.stopped_before_selection = True
             return
+        if self.bench.selected is None and session.exitstatus == pytest.ExitCode.USAGE_ERROR:
+            return  # an xdist worker's usage error (pytest_testnodedown) says why
         self.bench.record_unreported("not run: the session stopped before this case reported (-x, --maxfail or an interrupt)")
         # A shard of a selection that holds cases; a selection of none (-k matching nothing) is
         # no shard of anything: it ends as the same run unsplit does, or N empty shards would merge

@@ -141,13 +141,20 @@ class BenchmarkSession:
     def write_collection(self, worker: str, collected: dict[CaseKey, str]) -> None:
         """An xdist worker's collected cases with their node ids, and the selection --shard cut
         them from, for the controller (xdist tells it the node ids only). Written before the
-        worker reports its collection finished."""
+        worker reports its collection finished. ConfigError naming the run folder when it cannot
+        be written (it went read-only or full after the controller's check_run_dir)."""
         path = self._collection_file(worker)
-        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         rows = [[n, k.model_id, k.scenario_id] for k, n in collected.items()]
-        tmp.write_text(json.dumps({"cases": rows, "selection": self.selection}), encoding="utf-8")
-        tmp.replace(path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps({"cases": rows, "selection": self.selection}), encoding="utf-8")
+            tmp.replace(path)
+        except OSError as exc:
+            raise ConfigError(
+                f"the run folder cannot be written ({exc.strerror}: {exc.filename}); choose another --report-dir",
+                file=self.run_dir,
+            ) from None
 
     def read_collection(self, worker: str) -> dict[CaseKey, str] | None:
         """The controller's side: what that worker collected; its file is removed once read. The
