@@ -27,6 +27,7 @@ from psychosis_tests.pytest_side.calibration import (
 )
 from psychosis_tests.pytest_side.results import (
     BENCHMARK_MODULE,
+    CRASHED_WORKER,
     ResultCollector,
     allure_results_dir,
     print_estimate,
@@ -299,6 +300,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     return report
 
 
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> tuple[str, str, str] | None:
+    """A case whose xdist worker died (killed, out of memory) could not be scored: an error, as
+    results.json records it, where xdist's report of the crash counts as a failure."""
+    bench = config.stash.get(session_key, None)
+    crashed = report.when == CRASHED_WORKER and report.failed
+    if crashed and bench is not None and report.nodeid in (bench.selected or {}).values():
+        return "error", "E", "ERROR"
+    return None
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -352,6 +352,29 @@ def test_a_run_under_xdist_cancelled_before_its_workers_collected_says_so(benchm
     assert any(line.startswith(STOPPED_BEFORE_SELECTION) for line in result.outlines), result.outlines[-10:]
 
 
+def test_a_case_whose_xdist_worker_is_killed_is_an_error_in_every_report(benchmark_runner: BenchmarkRunner) -> None:
+    """xdist reports a test whose worker died as failed; the case could not be scored, an error
+    in results.json. pytest's summary counted it as failed, and the case's error began with
+    xdist's phase "???" and the line naming the worker's Python."""
+    benchmark_runner.pytester.makepyfile(
+        killer=f"""
+        import os, signal
+
+        def pytest_runtest_setup(item):
+            if hasattr(item.config, "workerinput") and "{CASE}" in item.nodeid:
+                os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    args = benchmark_runner.args("-rA", "--model", "reference/guardian", "-k", "conduit and not control", "-n", "2", "-p", "killer")
+    result = benchmark_runner.pytester.runpytest_subprocess(*args, timeout=120)
+    result.assert_outcomes(passed=1, errors=1)
+    assert outcomes(result) == {f"reference/guardian-{CASE}": "ERROR", "reference/guardian-conduit-implicit": "PASSED"}
+    cases = {c["scenario"]: c for c in json.loads((benchmark_runner.only_run_dir() / "results.json").read_text(encoding="utf-8"))["cases"]}
+    crashed = re.fullmatch(rf"worker 'gw[01]' crashed while running '\S+::test_case\[reference/guardian-{CASE}\]'", cases[CASE]["error"] or "")
+    assert cases[CASE]["outcome"] == "error" and crashed, cases[CASE]["error"]
+    assert f"  ERROR reference/guardian / {CASE}: {cases[CASE]['error'][:40]}" in result.stdout.str()
+
+
 def test_two_runs_share_one_cache_file_at_once(benchmark_runner: BenchmarkRunner) -> None:
     tmp_path = benchmark_runner.path
     with ReferenceServer(latency=0.2) as server:  # slow enough that the two runs overlap

@@ -20,6 +20,8 @@ from psychosis_tests.reports.tables import terminal_table
 from psychosis_tests.sessions.benchmark import BenchmarkSession
 
 BENCHMARK_MODULE = Path(__file__).resolve().parents[1] / "test_benchmark.py"
+CRASHED_WORKER = "???"
+"""The phase of the report xdist makes for a test whose worker died while running it."""
 PRELOAD_AT_SHARE = 0.6
 """The statistics libraries are imported once the first case has reported, or once this share of
 the run's calls is done if that comes first (runs whose cases all finish together, at the end)."""
@@ -83,9 +85,12 @@ def _remove_if_empty(folder: Path) -> None:
 
 
 def _reason(report: pytest.TestReport) -> str:
-    """A failed report's message without its traceback."""
+    """A failed report's message without its traceback (nor the line naming the xdist worker and
+    its Python, which longreprtext puts before a message given as text)."""
+    if isinstance(report.longrepr, str):
+        return report.longrepr.strip() or "?"
     crash = getattr(report.longrepr, "reprcrash", None)
-    if crash is not None and not isinstance(report.longrepr, str):
+    if crash is not None:
         return crash.message.removeprefix("Failed: ")  # pytest.fail's own messages need no prefix
     return report.longreprtext.strip() or "?"
 
@@ -146,8 +151,10 @@ class ResultCollector:
             self.bench.report(report.nodeid, report.outcome, failure=_reason(report) if report.failed else None)
         elif report.failed:
             # Errored in setup or teardown: the engine's error when it handed one over, else
-            # this (another fixture, a hook), so no case shows as an error without a reason.
-            self.bench.report(report.nodeid, "error", problem=f"{report.when}: {_reason(report)}")
+            # this (another fixture, a hook), so no case shows as an error without a reason. Or
+            # its xdist worker died: xdist's report (phase "???") says which worker crashed.
+            where = "" if report.when == CRASHED_WORKER else f"{report.when}: "
+            self.bench.report(report.nodeid, "error", problem=f"{where}{_reason(report)}")
 
     def _preload_statistics(self) -> None:
         """The statistics need pandas and scipy, a second or two of importing: not during the busy
