@@ -443,3 +443,15 @@ def test_the_estimate_asks_a_per_metric_judge_as_the_run_does_on_a_control_turn(
     asked.clear()
     conversation_usage(plan, CaseKey("reference/guardian", "conduit-explicit"))
     assert asked and not any(control for _, control in asked)
+
+
+def test_the_estimate_of_the_embedded_models_prompts_counts_their_chat_format() -> None:
+    """A run of local on conduit-explicit (max_tokens 64, every reply cut there) counted 8,688
+    prompt tokens over its 12 calls (measured 2026-11-29): SmolLM2's template adds its own system
+    message and 5 tokens around every message. The estimate counted the messages' words alone: 7,845."""
+    from psychosis_tests.engine.plan import CaseKey
+
+    plan = Plan.load(resolve({"model": ["local"], "judge": ["trained"]}.get, {}, REPO))
+    used = conversation_usage(plan, CaseKey("local", "conduit-explicit"))[("local", "target")]
+    assert used.calls == 12 and used.completion_tokens == 768
+    assert abs(used.prompt_tokens - 8688) <= 0.05 * 8688, used.prompt_tokens

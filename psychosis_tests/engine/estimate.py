@@ -10,7 +10,8 @@ not yet written, placeholders of the expected length: a reply or verdict as long
 for a target's reply and 100 for a verdict; a simulated user turn as long as the user model's
 `expected_reply_tokens`, else the scripted line it stands in for or leads toward. Text is
 counted in whitespace-separated words, as the reference server counts tokens, and for other
-endpoints converted at TOKENS_PER_WORD (English text in common BPE vocabularies). The judge and
+endpoints converted at TOKENS_PER_WORD (English text in common BPE vocabularies), a prompt with
+its chat format's tokens added (`_prompt_tokens`). The judge and
 the user model read the whole conversation on every call, so their prompt tokens grow with the
 square of the conversation's length. A cascade's escalation judges are counted on its expected
 share of the judged turns (`Plan.escalation`: set on its entry, else measured by its calibration).
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from psychosis_tests.engine.plan import CaseKey, Plan
+from psychosis_tests.engine.plan import CaseKey, Plan, is_embedded_toy
 from psychosis_tests.engine.user_sim import UserTurns
 from psychosis_tests.inputs.models import ModelSpec
 from psychosis_tests.inputs.rubric import build_judge_messages, is_control_call
@@ -31,6 +32,14 @@ from psychosis_tests.inputs.user_prompt import build_user_messages
 TOKENS_PER_WORD = 1.33
 """Tokens per English word on hosted endpoints (about 0.75 words per token)."""
 DEFAULT_REPLY_TOKENS = {"target": 300, "judge": 100}
+MESSAGE_FORMAT_TOKENS = 5
+"""Tokens a chat template puts around each message of a prompt (ChatML's `<|im_start|>role\\n`
+and `<|im_end|>\\n`, as the embedded model counts them; hosted formats add a few alike)."""
+REPLY_FORMAT_TOKENS = 4
+"""Tokens that open the reply at a prompt's end (ChatML's `<|im_start|>assistant\\n`)."""
+SMOLLM2_SYSTEM_TOKENS = 21
+"""The system message SmolLM2's template puts in a prompt that has none ("You are a helpful AI
+assistant named SmolLM, ..."): the embedded model counts it in every such call."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +62,18 @@ def _reply_tokens(spec: ModelSpec, role: str) -> int:
 
 def _tokens(messages: list[dict[str, str]], spec: ModelSpec) -> int:
     return round(sum(len(m["content"].split()) for m in messages) * _per_word(spec))
+
+
+def _prompt_tokens(messages: list[dict[str, str]], spec: ModelSpec) -> int:
+    """A prompt's tokens as the endpoint counts them: its text and, but on the reference server
+    (which counts the messages' words alone), its chat format: without it the embedded model's
+    prompts were estimated 10% low (conduit-explicit: 7,845 tokens where a run counted 8,688)."""
+    if spec.served_by_suite == "reference":
+        return _tokens(messages, spec)
+    framing = MESSAGE_FORMAT_TOKENS * len(messages) + REPLY_FORMAT_TOKENS
+    if is_embedded_toy(spec) and not any(m["role"] == "system" for m in messages):
+        framing += SMOLLM2_SYSTEM_TOKENS
+    return _tokens(messages, spec) + framing
 
 
 def _placeholder(spec: ModelSpec, tokens: int) -> str:
@@ -102,11 +123,11 @@ def _planned_usage(plan: Plan, key: CaseKey) -> dict[tuple[str, str], tuple[Usag
             )
             user_text = _simulated_turn(user, planned)
             used[(user.id, "user")] = used.get((user.id, "user"), Usage()) + Usage(
-                calls=1, prompt_tokens=_tokens(request, user), completion_tokens=_tokens([{"content": user_text}], user)
+                calls=1, prompt_tokens=_prompt_tokens(request, user), completion_tokens=_tokens([{"content": user_text}], user)
             )
         messages.append({"role": "user", "content": user_text})
         used[(target.id, "target")] += Usage(
-            calls=1, prompt_tokens=_tokens(messages, target), completion_tokens=_reply_tokens(target, "target")
+            calls=1, prompt_tokens=_prompt_tokens(messages, target), completion_tokens=_reply_tokens(target, "target")
         )
         messages.append({"role": "assistant", "content": placeholder})
         metrics = planned.metrics
@@ -123,7 +144,7 @@ def _planned_usage(plan: Plan, key: CaseKey) -> dict[tuple[str, str], tuple[Usag
                     control=is_control_call(metrics),
                 )
                 judged[judge.id] += Usage(
-                    calls=1, prompt_tokens=_tokens(request, judge), completion_tokens=_reply_tokens(judge, "judge")
+                    calls=1, prompt_tokens=_prompt_tokens(request, judge), completion_tokens=_reply_tokens(judge, "judge")
                 )
     planned = {role: (usage, 1.0) for role, usage in used.items()}
     planned.update({(judge_id, "judge"): (judged[judge_id], share) for judge_id, (_, share) in callers.items()})
