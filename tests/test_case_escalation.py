@@ -349,6 +349,7 @@ def test_a_cascade_runs_items_for_train_judge_are_its_escalated_turns_only(
     itself are not labels of it, and training on them taught the judge its own verdicts."""
     from psychosis_tests.analysis.run_items import items_from_run
     from psychosis_tests.inputs.scenarios import load_scenarios
+    from psychosis_tests.records.results_file import load_results
 
     models = benchmark_runner.write_models_file([{"id": "expensive", "model": "judge", "base_url": loopback.url}])
     _, run_dir = benchmark_runner.run_creating_one_folder(
@@ -358,7 +359,7 @@ def test_a_cascade_runs_items_for_train_judge_are_its_escalated_turns_only(
     verdicts = _verdicts(run_dir)
     escalated = [v for v in verdicts if v.get("escalated")]
     assert escalated and len(escalated) < len(verdicts)
-    items, notes = items_from_run(run_dir, {s.id: s for s in load_scenarios(REPO / "scenarios")})
+    items, notes = items_from_run(run_dir, load_results(run_dir), {s.id: s for s in load_scenarios(REPO / "scenarios")})
     assert len(items) == len(escalated)
     assert notes == [f"reference/mixed / conduit-explicit: {len(verdicts) - len(escalated)} turn(s) decided by the cascade's "
                      "first judge (not escalated); skipped"]  # fmt: skip

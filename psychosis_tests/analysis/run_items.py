@@ -19,7 +19,7 @@ from pathlib import Path
 from psychosis_tests.common.errors import ConfigError
 from psychosis_tests.inputs.judge_identity import JudgeFingerprint
 from psychosis_tests.inputs.judge_items import JudgeItem
-from psychosis_tests.records.results_file import load_results
+from psychosis_tests.records.results_file import ResultsFile
 from psychosis_tests.inputs.scenarios import Scenario
 
 CONTEXT_EXCHANGES = 2
@@ -30,9 +30,9 @@ class RunItemsError(ConfigError):
     """A run folder that cannot be read as labelled items."""
 
 
-def items_from_run(run_dir: Path, scenarios: dict[str, Scenario]) -> tuple[list[JudgeItem], list[str]]:
-    """Every judged turn of the run as an item, and notes on what was skipped."""
-    results = load_results(run_dir)
+def items_from_run(run_dir: Path, results: ResultsFile, scenarios: dict[str, Scenario]) -> tuple[list[JudgeItem], list[str]]:
+    """Every judged turn of the run (`results`: its results.json, read by `load_results`) as an
+    item, and notes on what was skipped."""
     if trained := _trained_raters(results.run.judge_fingerprint):
         raise RunItemsError(f"judged by the trained judge {trained[0]!r}: its verdicts are the trained judge's own, and "
                             "training on them would teach it its own verdicts; give a run of another judge (of a "

@@ -32,6 +32,7 @@ from psychosis_tests.common.errors import ConfigError
 
 if TYPE_CHECKING:
     from psychosis_tests.inputs.settings import RunSettings
+    from psychosis_tests.records.results_file import ResultRun
 
 DEFAULT_CORPUS = Path("judge_corpus")
 
@@ -106,6 +107,7 @@ def gather_items(args: argparse.Namespace, root: Path, progress, *, scenarios: P
     from psychosis_tests.inputs.judge_items import JudgeItemError, load_items_with_files
     from psychosis_tests.inputs.packs import available_packs, pack_folder
     from psychosis_tests.inputs.scenarios import load_scenario_sets
+    from psychosis_tests.records.results_file import load_results
 
     corpus = args.corpus if args.corpus is not None else root / DEFAULT_CORPUS
     runs: dict[Path, Path] = {}
@@ -115,7 +117,8 @@ def gather_items(args: argparse.Namespace, root: Path, progress, *, scenarios: P
             also = f" (also as {same})" if str(same) != str(run) else ""
             raise JudgeItemError(f"run folder {run} is given twice{also}: each of its judged turns would be an item twice",
                                  field="--from-run")  # fmt: skip
-    refuse_merged_with_shards(args.from_run)
+    results = {run: load_results(run) for run in args.from_run}
+    refuse_merged_with_shards({run: found.run for run, found in results.items()})
     loaded = load_items_with_files([corpus, *args.items])
     items, origins = [item for _, item in loaded], [file for file, _ in loaded]
     if args.from_run:
@@ -123,7 +126,7 @@ def gather_items(args: argparse.Namespace, root: Path, progress, *, scenarios: P
         packs = {name: folder for name, folder in packs.items() if folder.resolve() != scenarios.resolve()}
         known = {s.id: s for s in load_scenario_sets(scenarios, packs)}
         for run in args.from_run:
-            found, notes = items_from_run(run, known)
+            found, notes = items_from_run(run, results[run], known)
             progress(f"{run}: {len(found)} judged turns taken")
             for note in notes:  # cases without a transcript, scenario or turns (errored), turns a cascade's first judge decided
                 progress(f"{run}: {note}")
@@ -138,13 +141,12 @@ def gather_items(args: argparse.Namespace, root: Path, progress, *, scenarios: P
     return items, origins
 
 
-def refuse_merged_with_shards(runs: list[Path]) -> None:
-    """Stop when a merged run is given with a run it was merged from: the shard's judged turns are
-    the merged run's too, under another run id, so each would be an item twice."""
+def refuse_merged_with_shards(given: dict[Path, ResultRun]) -> None:
+    """Stop when a merged run is given with a run it was merged from (`given`: each run folder's
+    results.json `run`): the shard's judged turns are the merged run's too, under another run id,
+    so each would be an item twice."""
     from psychosis_tests.inputs.judge_items import JudgeItemError
-    from psychosis_tests.records.results_file import load_results
 
-    given = {run: load_results(run).run for run in runs}
     by_id = {meta.run_id: run for run, meta in given.items() if meta.run_id}
     for run, meta in given.items():
         for shard in meta.merged_from:
