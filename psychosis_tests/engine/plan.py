@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from psychosis_tests.common.errors import ConfigError, ModelsFileError, ScenarioError, safe_url
 from psychosis_tests.engine.panel import JudgePanel
@@ -128,10 +129,15 @@ class Plan:
                 user_side=(*self.recorded_user_side, self.recorded_turns),
                 pack_hashes=pack_hashes(self.scenarios.values()),
                 judge_fingerprint=self.judge_fingerprint(),
-                thresholds_hash=thresholds_hash(self.settings.thresholds),
+                thresholds_hash=self.thresholds_hash,
                 user_settings=self.recorded_user_settings,
             )
         )
+
+    @cached_property
+    def thresholds_hash(self) -> str:
+        """The thresholds file's hash, read once for the baseline check and the run's metadata."""
+        return thresholds_hash(self.settings.thresholds)
 
     @property
     def scenario_set_hash(self) -> str:
@@ -319,7 +325,7 @@ class Plan:
             "rubric_version": RUBRIC_VERSION,
             "scenario_set_hash": self.scenario_set_hash,
             "packs": pack_hashes(self.scenarios.values()),
-            "thresholds_hash": thresholds_hash(self.settings.thresholds),
+            "thresholds_hash": self.thresholds_hash,
             "repeats": self.settings.repeats,
             "user_model": user_model,
             "user_model_settings": self.recorded_user_settings,
