@@ -11,7 +11,7 @@ import pytest
 from psychosis_tests.common.errors import ModelCallError
 from psychosis_tests.engine.cache import ResponseCache
 from psychosis_tests.engine.providers import Provider
-from psychosis_tests.engine.transport import Request, TransportError
+from psychosis_tests.engine.transport import Request, Transport, TransportError
 from psychosis_tests.engine.wire import Reply
 from psychosis_tests.inputs.models import ModelSpec
 from psychosis_tests.inputs.usage import Usage
@@ -19,7 +19,7 @@ from psychosis_tests.inputs.usage import Usage
 SPEC = ModelSpec(id="queued", model="m", base_url="queue://bulk", max_retries=2)
 
 
-class BulkTransport:
+class BulkTransport(Transport):
     """Queues each request; `submit` answers everything queued at once. A request whose last
     message names a fault in `faults` gets it (the first time only when `once`)."""
 
@@ -105,7 +105,7 @@ async def test_a_failed_request_errors_its_call_in_the_providers_words(fault: Tr
     assert provider.counters.errors == 1
 
 
-class PushingBack:
+class PushingBack(Transport):
     """One request at a time; the first attempt of "a" is refused with a 429 asking to wait."""
 
     def __init__(self) -> None:

@@ -47,7 +47,7 @@ from psychosis_tests.common.errors import inert, mask_secrets, redact
 from psychosis_tests.common.json_lines import json_lines
 from psychosis_tests.engine.batch_store import BatchStore, Submitted
 from psychosis_tests.engine.chat_completions import RETRYABLE_STATUS, ChatCompletions, transport_error
-from psychosis_tests.engine.transport import Request, TransportError
+from psychosis_tests.engine.transport import Request, Transport, TransportError
 from psychosis_tests.engine.wire import BadReply, Reply, read_reply
 from psychosis_tests.inputs.models import ModelSpec
 
@@ -94,7 +94,7 @@ class BatchCounters:
         return self.submitted + self.resumed - self.done
 
 
-class BatchTransport:
+class BatchTransport(Transport):
     """Batches each batched model's requests; `http` gives the addresses and the openai clients."""
 
     def __init__(self, http: ChatCompletions, store: BatchStore):

@@ -18,7 +18,7 @@ import httpx2
 import openai
 
 from psychosis_tests.common.errors import ModelCallError, redact
-from psychosis_tests.engine.transport import Request, TransportError
+from psychosis_tests.engine.transport import Request, Transport, TransportError
 from psychosis_tests.engine.wire import BadReply, Reply, read_reply
 from psychosis_tests.inputs.models import ModelSpec
 
@@ -28,7 +28,7 @@ MESSAGE_CHARS = 300
 """How much of an endpoint's error message is quoted."""
 
 
-class ChatCompletions:
+class ChatCompletions(Transport):
     """POST /chat/completions to each model's base_url (or the suite's server for a built-in model).
 
     `base_urls` maps built-in model ids to the addresses of the suite's own servers

@@ -208,7 +208,7 @@ class Provider:
                     async with asyncio.timeout(max(give_up_at - now, 0.001)):
                         return await self.transport.send(request)
                 except asyncio.TimeoutError:
-                    where = getattr(self.transport, "waiting_on", lambda _: "")(request)  # a test's own transport has none
+                    where = self.transport.waiting_on(request)
                     raise _Failed(
                         f"gave no answer within the call's {spec.deadline:g} s deadline"
                         f"{f' ({where})' if where else ''} ({_count(number)})"

@@ -18,7 +18,7 @@ from psychosis_tests.engine.wire import Reply
 from psychosis_tests.inputs.models import ModelSpec
 
 
-class RoutedTransport:
+class RoutedTransport(Transport):
     """Chat completions, or batches for the models that ask for them."""
 
     def __init__(self, base_urls: dict[str, str] | None, cache_path: Path):

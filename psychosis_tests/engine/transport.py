@@ -54,7 +54,8 @@ class TransportError(Exception):
 
 
 class Transport(Protocol):
-    """Carries requests to models; one instance serves every model of a run."""
+    """Carries requests to models; one instance serves every model of a run. Transports subclass
+    it, so they get its defaults (`waiting_on`)."""
 
     def address(self, spec: ModelSpec) -> str:
         """Where this model's requests go, as error messages name it."""
@@ -72,3 +73,8 @@ class Transport(Protocol):
     async def aclose(self) -> None:
         """Release connections (and anything else held) at the end of the run."""
         ...
+
+    def waiting_on(self, request: Request) -> str:
+        """Where a call that gave up waiting stood, for its deadline error (the batch a batched
+        call waited on); "" when there is nothing to add."""
+        return ""
