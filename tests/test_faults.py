@@ -759,6 +759,26 @@ def test_credentials_in_a_base_url_are_masked_where_a_message_names_it(loopback:
     assert safe_url(loopback.url) == loopback.url
 
 
+def test_a_base_url_with_credentials_and_a_query_key_is_answered_and_no_file_of_the_run_holds_them(
+    benchmark_runner: BenchmarkRunner, loopback: ReferenceServer
+) -> None:
+    """The client appended /chat/completions after the query ("POST /v1": 404 on every call)."""
+    from psychosis_tests.engine.chat_completions import ChatCompletions
+    from psychosis_tests.inputs.models import ModelSpec
+
+    url = loopback.url.replace("://", "://alice:pw-7c1e9a0b5d3f@") + "?api-key=qs-9f8e7d6c5b4a"
+    client = ChatCompletions().client(ModelSpec(id="keyed", model="guardian", base_url=url))
+    assert client.default_query == {"api-key": "qs-9f8e7d6c5b4a"}  # sent with every request
+    models = benchmark_runner.write_models_file([{"id": "keyed", "model": "guardian", "base_url": url}])
+    result = benchmark_runner.run(f"--models-file={models}", "--model=keyed", "--judge=trained", "-k", "conduit-explicit")
+    result.assert_outcomes(passed=1)
+    assert loopback.requests_for("guardian") == 12
+    result.stdout.fnmatch_lines(["judge calibrated: passes the calibration gate on calibration set *"])  # the shipped result
+    written = [p for p in benchmark_runner.report_dir.rglob("*") if p.is_file()]
+    assert written and all(secret.encode() not in p.read_bytes() for p in written for secret in ("pw-7c1e9a0b5d3f", "qs-9f8e7d6c5b4a"))
+    assert "pw-7c1e9a0b5d3f" not in result.stdout.str() and "qs-9f8e7d6c5b4a" not in result.stdout.str()
+
+
 def test_a_base_url_without_v1_gets_a_hint(loopback: ReferenceServer) -> None:
     url = loopback.url.removesuffix("/v1")
     message = provider_call({"id": "no-v1", "model": "guardian", "base_url": url})

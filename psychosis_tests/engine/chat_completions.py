@@ -13,6 +13,7 @@ import contextlib
 import email.utils
 import ssl
 import time
+from urllib.parse import parse_qsl
 
 import httpx2
 import openai
@@ -80,8 +81,12 @@ class ChatCompletions(Transport):
                 # One TLS context for all clients: each builds its own otherwise (about 0.1 s of
                 # CPU apiece), just when every conversation waits for its first reply.
                 self._tls = httpx2.create_ssl_context()
+            # The client appends each path to base_url's raw path and query ("/v1?key=K" became
+            # "/v1/?key=Kchat/completions"): a query (an endpoint's key, an api-version) goes apart.
+            base_url, _, query = self.address(spec).partition("?")
             client = openai.AsyncOpenAI(
-                base_url=self.address(spec),
+                base_url=base_url,
+                default_query=dict(parse_qsl(query, keep_blank_values=True)) or None,
                 api_key=spec.api_key(),
                 max_retries=0,  # retries are the provider's
                 timeout=spec.timeout,
