@@ -10,6 +10,11 @@ key, so two conversations that send the very same request (the explicit and impl
 a scenario open alike; two targets that reply alike ask the judge alike) each keep their own
 answer, and replaying a run gives back exactly what each conversation was told, with a model that
 answers at random too.
+
+Two runs on one file at once do not pay twice for one request: before calling, a run claims the
+key (a row naming its process, host and how long the call may take); another run that meets a
+live claim waits for the answer instead of calling (`engine.providers`). A failed call releases its
+claim; a claim whose process has stopped (on this host) or whose time ran out is taken over.
 """
 
 from __future__ import annotations
@@ -17,9 +22,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import sqlite3
 import threading
 import time
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,6 +78,17 @@ class CachedResponse:
     """The usage the endpoint reported when the answer was recorded (None in older caches)."""
 
 
+@dataclass(frozen=True)
+class Claim:
+    """Who is calling for a key right now: a cache instance (`owner`) in process `pid` on `host`,
+    trusted until `expires` (the call's deadline, in wall-clock seconds)."""
+
+    owner: str
+    host: str
+    pid: int
+    expires: float
+
+
 def open_database(path: Path) -> sqlite3.Connection:
     """A SQLite file (its folder made) that every xdist worker and thread of a run may share: each
     statement commits as it runs, writers wait up to a minute for each other, readers never wait
@@ -83,14 +102,18 @@ def open_database(path: Path) -> sqlite3.Connection:
 class ResponseCache:
     """A key -> response table in one SQLite file."""
 
-    def __init__(self, path: Path, *, writes: bool = True):
+    def __init__(self, path: Path, *, writes: bool = True, clock: Callable[[], float] = time.time):
         """`writes`: the run keeps its answers here (every mode but replay), so a file SQLite can
         only open read-only (write-protected) is refused at once: its answers would be paid for,
-        then lost as each case errors."""
+        then lost as each case errors. `clock` dates claims (a test's fake clock)."""
         self.path = path
+        self.clock = clock
+        self.owner = uuid.uuid4().hex
+        self.host = socket.gethostname()
+        self.pid = os.getpid()
         self._lock = threading.Lock()
         try:
-            self._open(path)
+            self._open(path, writes)
             if writes:
                 self._db.execute("DELETE FROM responses WHERE 0")  # changes nothing, but needs write access
         except sqlite3.DatabaseError as exc:  # not SQLite, or cut short: a config error, not a traceback
@@ -113,7 +136,7 @@ class ResponseCache:
         except OSError as exc:  # its folder cannot be made (no permission, a read-only place)
             raise ConfigError(f"cannot be made ({exc.strerror}: {exc.filename}); choose another --cache-path", file=path) from None
 
-    def _open(self, path: Path) -> None:
+    def _open(self, path: Path, writes: bool) -> None:
         self._db = open_database(path)
         self._db.execute("PRAGMA busy_timeout = 60000")
         self._db.execute("PRAGMA synchronous = NORMAL")
@@ -131,6 +154,11 @@ class ResponseCache:
             except sqlite3.OperationalError as exc:
                 if "duplicate column" not in str(exc):  # another process added it just now
                     raise
+        if writes:  # replay never claims, and may read a file it cannot write
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS claims ("
+                " key TEXT PRIMARY KEY, owner TEXT NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL, expires REAL NOT NULL)"
+            )
 
     def _failed(self, exc: sqlite3.DatabaseError, doing: str) -> CacheError:
         return CacheError(f"the response cache {self.path} could not {doing} ({exc}); move it away or choose another --cache-path")
@@ -169,6 +197,72 @@ class ResponseCache:
                     response.usage.model_dump_json() if response.usage else None,
                 ),
             )
+
+    def claim(self, key: str, seconds: float) -> bool:
+        """Claim the call for `key` for `seconds` (the call's deadline) before making it. True when
+        this cache now holds the claim: the key has no answer, and no other caller's claim stands
+        (`_stands`). False when it is answered or claimed: look again with `get` and `claimed`."""
+        now = self.clock()
+        me = (self.owner, self.host, self.pid, now + seconds)
+        unanswered = "NOT EXISTS (SELECT 1 FROM responses WHERE key = ?)"
+        try:
+            with self._lock:
+                if self._db.execute(
+                    f"INSERT OR IGNORE INTO claims (key, owner, host, pid, expires) SELECT ?, ?, ?, ?, ? WHERE {unanswered}",
+                    (key, *me, key),
+                ).rowcount:
+                    return True
+            holder = self._claim(key)
+            if holder is None or self._stands(holder, now):
+                return False
+            with self._lock:  # taken over only as it was read: of two callers taking it over, one wins
+                return self._db.execute(
+                    "UPDATE claims SET owner = ?, host = ?, pid = ?, expires = ?"
+                    f" WHERE key = ? AND owner = ? AND expires = ? AND {unanswered}",
+                    (*me, key, holder.owner, holder.expires, key),
+                ).rowcount == 1
+        except sqlite3.DatabaseError as exc:
+            raise self._failed(exc, "keep a claim") from None
+
+    def claimed(self, key: str) -> bool:
+        """Whether another caller's claim on `key` stands: its answer is worth waiting for."""
+        holder = self._claim(key)
+        return holder is not None and self._stands(holder, self.clock())
+
+    def release(self, key: str) -> None:
+        """Drop this cache's claim on `key` (its answer is kept, or its call failed: a waiter calls)."""
+        try:
+            with self._lock:
+                self._db.execute("DELETE FROM claims WHERE key = ? AND owner = ?", (key, self.owner))
+        except sqlite3.DatabaseError as exc:
+            raise self._failed(exc, "release a claim") from None
+
+    def _claim(self, key: str) -> Claim | None:
+        try:
+            with self._lock:
+                row = self._db.execute("SELECT owner, host, pid, expires FROM claims WHERE key = ?", (key,)).fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise self._failed(exc, "be read") from None
+        return Claim(*row) if row else None
+
+    def _stands(self, holder: Claim, now: float) -> bool:
+        """Another caller's claim stands until its time runs out or, on this host, its process stops.
+        A process on another host (or in another container) cannot be looked up: its claims stand
+        until their time runs out. A claim with this process's id is a stopped process's whose id
+        was given again (a container started afresh): a run calls through one cache."""
+        if holder.owner == self.owner or now >= holder.expires:
+            return False
+        if holder.host != self.host or os.name != "posix":
+            return True
+        if holder.pid == self.pid:
+            return False
+        try:
+            os.kill(holder.pid, 0)  # signal 0: only asks whether the process exists
+        except ProcessLookupError:
+            return False
+        except PermissionError:  # another user's process
+            pass
+        return True
 
     def __len__(self) -> int:
         with self._lock:

@@ -32,6 +32,9 @@ from psychosis_tests.inputs.usage import Usage, cost
 BACKOFF_FIRST = 0.5
 BACKOFF_MAX = 8.0
 """Seconds before the first retry, doubling up to this, with jitter, when the endpoint names no wait."""
+CLAIM_POLL_FIRST = 0.05
+CLAIM_POLL_MAX = 1.0
+"""Seconds between looks for an answer another run is calling for, growing by half up to this."""
 
 
 @dataclass
@@ -81,7 +84,7 @@ class Provider:
     budget: Budget = field(default_factory=Budget)
     """--max-cost: the run's spending, and which conversations may still start (engine.budget)."""
     _limits: dict[str, PriorityLimiter] = field(default_factory=dict, init=False)
-    _in_flight: dict[str, asyncio.Future[Reply | None]] = field(default_factory=dict, init=False)
+    _in_flight: dict[str, asyncio.Future[CachedResponse | None]] = field(default_factory=dict, init=False)
     """Cache key -> the answer of the request with that key on its way now (None if it fails)."""
 
     @property
@@ -136,60 +139,85 @@ class Provider:
         if self.cache is not None and self.cache_mode in ("use", "replay"):
             hit = self.cache.get(key)
             if hit is not None:
-                self.counters.cache_hits += 1
-                self.counters.by_conversation[conversation] += 1
-                recorded = hit.usage if hit.usage is not None else Usage(calls=1, unreported=1)
-                return Completion(
-                    hit.text, hit.model_version, cached=True, refusal=hit.refusal, finish_reason=hit.finish_reason,
-                    usage=recorded.as_cache_hit(),
-                )
+                return self._hit(hit, conversation)
         if self.cache_mode == "replay":
             self.counters.errors += 1
             raise ReplayMissError(
                 f"{call_label}: no recorded answer from {spec.id!r} in the cache "
                 f"(--cache-mode replay never calls the network; record a run with --cache-mode use first)"
             )
-        # The same request already on its way (a panel judge that is also a cascade's escalation
-        # judge, asked on the same turn): its answer is this call's too, counted as a cache hit.
-        # If that request fails, the first call to wake sends its own and any others wait on it.
+        # The same request already on its way in this run (a panel judge that is also a cascade's
+        # escalation judge, asked on the same turn): its answer is this call's too, counted as a
+        # cache hit. If that request fails, the first call to wake makes its own and the rest wait on it.
         shared = None
         while shared is None and (pending := self._in_flight.get(key)) is not None:
             shared = await asyncio.shield(pending)
         if shared is not None:
-            self.counters.cache_hits += 1
-            self.counters.by_conversation[conversation] += 1
-            return Completion(
-                shared.text, shared.model_version, cached=True, refusal=shared.refusal,
-                finish_reason=shared.finish_reason, usage=shared.usage.as_cache_hit(),
-            )  # fmt: skip
-        self.budget.admit(conversation, call_label, first_call=starts_conversation)
-        extra = {"response_format": response_format} if response_format else {}
-        body = {"model": spec.model, "messages": messages, **params, **extra}
-        answer = self._in_flight[key] = asyncio.get_running_loop().create_future()
+            return self._hit(shared, conversation)
+        answer = self._in_flight[key] = asyncio.get_running_loop().create_future()  # before any await
+        claims = self.cache is not None and self.cache_mode == "use"
         try:
-            reply = await self._attempts(Request(spec, body, accept_refusal=role == "judge", key=key), priority, conversation)
-            answer.set_result(reply)
-        except _Failed as failed:
-            self.counters.errors += 1
-            message = f"{call_label}: {spec.id!r} at {self.transport.address(spec)} {failed}"
-            # Not chained: the endpoint's exception holds its raw text (escape codes, echoed keys).
-            raise ModelCallError(message) from None  # made inert and its keys masked as it is made
-        finally:
+            if claims:
+                kept = await self._answer_or_claim(spec, key)
+                if kept is not None:  # another run on this cache file paid for it
+                    answer.set_result(kept)
+                    return self._hit(kept, conversation)
+            self.budget.admit(conversation, call_label, first_call=starts_conversation)
+            extra = {"response_format": response_format} if response_format else {}
+            body = {"model": spec.model, "messages": messages, **params, **extra}
+            try:
+                reply = await self._attempts(Request(spec, body, accept_refusal=role == "judge", key=key), priority, conversation)
+            except _Failed as failed:
+                self.counters.errors += 1
+                message = f"{call_label}: {spec.id!r} at {self.transport.address(spec)} {failed}"
+                # Not chained: the endpoint's exception holds its raw text (escape codes, echoed keys).
+                raise ModelCallError(message) from None  # made inert and its keys masked as it is made
+            response = CachedResponse(reply.text, reply.model_version, reply.refusal, reply.finish_reason, reply.usage)
+            answer.set_result(response)
+            self.counters.answered += 1
+            self.counters.by_conversation[conversation] += 1
+            if spec.call_price is not None:
+                self.budget.charge(conversation, cost(reply.usage, spec.call_price))
+            if self.cache is not None and self.cache_mode != "off":
+                self.cache.put(key, response)
+        finally:  # answered, failed or cancelled: a call waiting for this answer has it, or calls itself
+            if claims:
+                self.cache.release(key)
             del self._in_flight[key]
-            if not answer.done():  # no answer: a call that waited on this one makes its own
+            if not answer.done():
                 answer.set_result(None)
-        self.counters.answered += 1
-        self.counters.by_conversation[conversation] += 1
-        if spec.call_price is not None:
-            self.budget.charge(conversation, cost(reply.usage, spec.call_price))
-        if self.cache is not None and self.cache_mode != "off":
-            self.cache.put(
-                key, CachedResponse(reply.text, reply.model_version, reply.refusal, reply.finish_reason, reply.usage)
-            )
         return Completion(
             reply.text, reply.model_version, cached=False, refusal=reply.refusal, finish_reason=reply.finish_reason,
             usage=reply.usage,
         )
+
+    def _hit(self, hit: CachedResponse, conversation: str) -> Completion:
+        self.counters.cache_hits += 1
+        self.counters.by_conversation[conversation] += 1
+        recorded = hit.usage if hit.usage is not None else Usage(calls=1, unreported=1)
+        return Completion(
+            hit.text, hit.model_version, cached=True, refusal=hit.refusal, finish_reason=hit.finish_reason,
+            usage=recorded.as_cache_hit(),
+        )
+
+    async def _answer_or_claim(self, spec: ModelSpec, key: str) -> CachedResponse | None:
+        """None once this run is to make the call: it holds the key's claim, or has waited the call's
+        deadline for another run's. The answer when another run's call for the same request (same
+        key) kept it meanwhile: this run waits for that instead of paying for it too. A claim whose
+        call failed is released, and one whose process stopped or whose time ran out is taken over."""
+        cache = self.cache
+        assert cache is not None
+        give_up_at = cache.clock() + spec.deadline
+        poll = CLAIM_POLL_FIRST
+        while not cache.claim(key, spec.deadline):
+            while (hit := cache.get(key)) is None and cache.claimed(key):
+                if cache.clock() >= give_up_at:
+                    return None
+                await asyncio.sleep(poll)
+                poll = min(CLAIM_POLL_MAX, poll * 1.5)
+            if hit is not None:
+                return hit
+        return None
 
     async def _attempts(self, request: Request, priority: int, conversation: str) -> Reply:
         """Ask until an answer reads, a fault is not transient, or the retries or deadline run out.
