@@ -187,8 +187,6 @@ def pytest_configure(config: pytest.Config) -> None:
         config.add_cleanup(install_stable_case_ids(frozenset({CASE_FIXTURE})))
 
 
-
-
 def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(session_key, None)
     if session is not None:
@@ -220,8 +218,6 @@ def pytest_configure_node(node) -> None:
     if session is not None:
         node.workerinput[WORKER_INPUT] = session.worker_payload()
     calibration_plugin.configure_node(node)
-
-
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -298,8 +294,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     elif call.when == "call" and timing.seconds is not None:
         report.duration = timing.seconds
     return report
-
-
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -388,8 +382,6 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
     return None
 
 
-
-
 @pytest.fixture
 def psychosis_case(request: pytest.FixtureRequest):
     """The judged case for this parameter; a failed model or judge call errors the test here."""
@@ -430,7 +422,3 @@ def psychosis_profile_snapshot(request: pytest.FixtureRequest) -> ProfileSnapsho
     if not request.config.getoption("psychosis_profile_snapshots"):
         return None
     return ProfileSnapshot(request.getfixturevalue("snapshot"))
-
-
-
-

@@ -127,7 +127,7 @@ class _StableCaseIds:
             result.start = result.stop - round(seconds * 1000)
 
 
-def install_stable_case_ids(hidden_parameters: frozenset[str] = frozenset()) -> Callable[[], None]:
+def install_stable_case_ids(hidden_parameters: frozenset[str]) -> Callable[[], None]:
     """Register the id hook with allure for this process; returns the function that removes it.
     `hidden_parameters` are pytest parameters not to show (the case fixture's raw value)."""
     plugin = _StableCaseIds(hidden_parameters)
