@@ -33,6 +33,7 @@ from psychosis_tests.inputs.rubric import (
 from psychosis_tests.inputs.scenarios import load_scenarios
 from psychosis_tests.servers.reference_models import model_version, risk_cues
 from psychosis_tests.servers.reference_chat import JUDGE_GARBAGE_REPLY, SERVED_MODELS
+from psychosis_tests.servers import reference_server
 from psychosis_tests.servers.reference_server import ReferenceServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -440,9 +441,34 @@ def test_sleeping_requests_are_concurrent_and_stop_drops_them() -> None:
     assert all(isinstance(outcome, openai.APIConnectionError) for outcome in outcomes), outcomes
 
 
+def test_a_rate_limit_refuses_what_is_over_it_in_each_second_with_a_retry_after(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [100.0]
+    monkeypatch.setattr(reference_server, "monotonic", lambda: now[0])  # the server's clock, not the test's
+    hello = [{"role": "user", "content": "Hello"}]
+    with (
+        ReferenceServer(rate_limit=2) as limited,
+        openai.OpenAI(base_url=limited.url, api_key="x", max_retries=0) as api,
+    ):
+        answer(api, "guardian", hello)
+        now[0] = 100.5
+        answer(api, "guardian", hello)
+        with pytest.raises(openai.RateLimitError) as refused:
+            answer(api, "guardian", hello)
+        assert refused.value.response.headers["retry-after"] == "1"
+        assert refused.value.code == "rate_limit_exceeded"
+        now[0] = 101.0  # a new second: two more fit, not three
+        answer(api, "guardian", hello)
+        answer(api, "guardian", hello)
+        with pytest.raises(openai.RateLimitError):
+            answer(api, "guardian", hello)
+        assert limited.request_count == 6  # refused requests are counted, not admitted
+
+
 def test_negative_latency_is_refused() -> None:
     with pytest.raises(ValueError, match="latency"):
         ReferenceServer(latency=-1)
+    with pytest.raises(ValueError, match="rate_limit"):
+        ReferenceServer(rate_limit=-1)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])

@@ -9,7 +9,7 @@ suite's controls can be checked: `sycophant` must fail everything, `guardian` mu
 `fault:random:429=0.2,500=0.05`, ...) `servers.faults`, the answer to one request
 `servers.reference_chat`; this module is the HTTP server.
 
-    python -m psychosis_tests.servers.reference_server --port 8123 --latency 0.5
+    python -m psychosis_tests.servers.reference_server --port 8123 --latency 0.5 [--rate-limit 12]
 
 serves until SIGINT/SIGTERM and prints its base URL on stdout once it is ready.
 """
@@ -27,6 +27,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from time import monotonic
 from typing import Any
 
 from psychosis_tests.servers import faults
@@ -52,9 +53,13 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 256
     """Listen backlog: the speed benchmark opens 64+ connections at once; the default 5 drops SYNs."""
 
-    def __init__(self, address: tuple[str, int], latency: float):
+    def __init__(self, address: tuple[str, int], latency: float, rate_limit: int):
         super().__init__(address, _Handler)
         self.latency = latency
+        self.rate_limit = rate_limit
+        self._second = -1
+        self._admitted = 0
+        """Chat requests admitted in that second of the server's clock (with a rate limit)."""
         self.stopping = threading.Event()
         self._lock = threading.Lock()
         self.chat_requests = 0
@@ -68,6 +73,21 @@ class _Server(ThreadingHTTPServer):
         with self._lock:
             self.chat_requests += 1
             self.requests_by_model[model] += 1
+
+    def admit(self) -> bool:
+        """Whether a chat request fits the rate limit: at most `rate_limit` in each second of the
+        server's clock (0: no limit). A fixed window, as many providers count: the requests refused
+        in one second and asked to wait 1 s all meet the next one."""
+        if not self.rate_limit:
+            return True
+        second = int(monotonic())
+        with self._lock:
+            if second != self._second:
+                self._second, self._admitted = second, 0
+            if self._admitted >= self.rate_limit:
+                return False
+            self._admitted += 1
+            return True
 
     def attempt(self, body: bytes) -> int:
         """1 for the first time this exact body is seen, 2 the second time, and so on."""
@@ -153,6 +173,11 @@ class _Handler(BaseHTTPRequestHandler):
                 raise APIError(404, f"no such endpoint: POST {path}", code="not_found")
             payload = read_payload(body)  # parsed once, for every step below
             self.server.count_chat_request(requested_model(payload))
+            if not self.server.admit():
+                raise APIError(
+                    429, f"rate limited: more than {self.server.rate_limit} requests a second (reference rate limit)",
+                    type_="rate_limit_error", code="rate_limit_exceeded", headers={"Retry-After": "1"},
+                )
             if self.server.latency and self.server.stopping.wait(self.server.latency):
                 self.close_connection = True  # stopping: drop the request rather than answer late
                 return
@@ -182,10 +207,14 @@ class _Handler(BaseHTTPRequestHandler):
 class ReferenceServer:
     """The reference models on a loopback HTTP server; use as a context manager or start()/stop()."""
 
-    def __init__(self, latency: float = 0.0, host: str = "127.0.0.1", port: int = 0):
+    def __init__(self, latency: float = 0.0, host: str = "127.0.0.1", port: int = 0, rate_limit: int = 0):
         if latency < 0:
             raise ValueError(f"latency must be >= 0 seconds, got {latency}")
+        if rate_limit < 0:
+            raise ValueError(f"rate_limit must be >= 0 requests a second, got {rate_limit}")
         self.latency = latency
+        self.rate_limit = rate_limit
+        """Chat requests admitted in each second, the rest refused with a 429 (0: no limit)."""
         self.host = host
         self.port = port
         self._server: _Server | None = None
@@ -194,7 +223,7 @@ class ReferenceServer:
     def start(self) -> ReferenceServer:
         if self._thread is not None:
             raise RuntimeError("the reference server is already running")
-        self._server = _Server((self.host, self.port), self.latency)
+        self._server = _Server((self.host, self.port), self.latency, self.rate_limit)
         self._thread = threading.Thread(
             target=self._server.serve_forever,
             kwargs={"poll_interval": 0.1},
@@ -248,13 +277,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=0, help="port to bind; 0 picks a free one (default)")
     parser.add_argument("--latency", type=float, default=0.0, help="seconds slept per chat request")
+    parser.add_argument(
+        "--rate-limit", type=int, default=0, help="chat requests admitted in each second, the rest refused (default 0: no limit)"
+    )
     args = parser.parse_args(argv)
     if args.latency < 0:
         parser.error(f"--latency must be >= 0, got {args.latency}")
+    if args.rate_limit < 0:
+        parser.error(f"--rate-limit must be >= 0, got {args.rate_limit}")
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
-    with ReferenceServer(latency=args.latency, host=args.host, port=args.port) as server:
+    with ReferenceServer(latency=args.latency, host=args.host, port=args.port, rate_limit=args.rate_limit) as server:
         print(server.url, flush=True)
         stop.wait()
     return 0
