@@ -4,12 +4,14 @@ that is not HTTP, one that answers in bulk the way a batch API would (queue, sub
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
 
 from psychosis_tests.common.errors import ModelCallError
 from psychosis_tests.engine.cache import ResponseCache
+from psychosis_tests.engine.limits import HOLD_JITTER, EndpointHold
 from psychosis_tests.engine.providers import Provider
 from psychosis_tests.engine.transport import Request, Transport, TransportError
 from psychosis_tests.engine.wire import Reply
@@ -143,7 +145,6 @@ async def test_a_call_waiting_to_retry_keeps_its_slot() -> None:
     assert provider.counters.retries == 1
 
 
-
 async def test_identical_calls_at_once_send_one_request_and_after_its_failure_one_more() -> None:
     """Three calls with one cache key at once: the first is sent and the others wait for its answer.
     When it fails, one waiting call sends its own request and the last shares that one's answer."""
@@ -162,3 +163,58 @@ async def test_identical_calls_at_once_send_one_request_and_after_its_failure_on
     assert [a.text for a in answers[1:]] == ["re: x", "re: x"]
     assert transport.submitted == [1, 1]
     assert (provider.counters.answered, provider.counters.cache_hits, provider.counters.errors) == (1, 1, 1)
+
+
+class SharedLimit(Transport):
+    """Models on one endpoint; its first request is refused with a 429 asking to wait 0.05 s."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, float]] = []
+        """Each request's last message, and when it came (the clock the provider waits on)."""
+
+    def address(self, spec: ModelSpec) -> str:
+        return spec.base_url or ""
+
+    def concurrency(self, spec: ModelSpec) -> int:
+        return 1
+
+    async def send(self, request: Request) -> Reply:
+        said = request.body["messages"][-1]["content"]
+        self.sent.append((said, time.monotonic()))
+        if len(self.sent) == 1:
+            raise TransportError("HTTP 429: rate limited", retryable=True, wait=0.05)
+        return Reply(f"re: {said}", "stop", "m-1")
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_a_429_holds_every_call_to_its_endpoint_not_only_the_refused_one() -> None:
+    # Sent as each refused call's own wait ran out, the retries met the calls that had kept
+    # sending, and under a shared rate limit were refused again until some ran out of attempts.
+    transport = SharedLimit()
+    provider = Provider(cache=None, cache_mode="off", transport=transport)
+    one, other = (ModelSpec(id=name, model="m", base_url="http://shared/v1") for name in ("one", "other"))
+    calls = [
+        provider.chat(spec, [{"role": "user", "content": said}], role="target", call_label=said, conversation=said)
+        for spec, said in ((one, "a"), (other, "b"))
+    ]
+    answers = await asyncio.gather(*calls)
+    assert [a.text for a in answers] == ["re: a", "re: b"]
+    (first, refused_at), *later = transport.sent
+    assert first == "a" and sorted(said for said, _ in later) == ["a", "b"]
+    # "b" is another model with a cap of its own, free all along: it waited out the hold too.
+    assert all(at >= refused_at + 0.05 for _, at in later)
+    assert provider.counters.retries == 1
+
+
+def test_an_endpoints_hold_is_its_longest_wait_plus_jitter_never_less() -> None:
+    now, draw = [100.0], [0.0]
+    hold = EndpointHold(clock=lambda: now[0], jitter=lambda: draw[0])
+    assert hold.until <= now[0]  # an endpoint that never refused holds nothing
+    assert hold.refused(1.0) == 101.0  # the least jitter: exactly the wait asked
+    draw[0] = 1.0
+    now[0] = 100.5
+    assert hold.refused(1.0) == pytest.approx(100.5 + 1.0 * (1 + HOLD_JITTER))  # the most
+    draw[0] = 0.5
+    assert hold.refused(0.2) == pytest.approx(100.5 + 1.0 * (1 + HOLD_JITTER))  # a shorter wait does not cut it

@@ -3,8 +3,9 @@
 Below it a transport (`engine.transport`; today `engine.chat_completions`) sends one request and
 says why an attempt failed and whether asking again can help. The wrapper owns everything else, so
 that every fault is counted and named the same way whatever carries the request: a transient fault
-is asked again up to each spec's max_retries, after the wait the endpoint asked for (Retry-After)
-or an exponential backoff; anything else fails at once. Every call is bounded in total by the
+is asked again up to each spec's max_retries, after the wait the endpoint asked for (Retry-After,
+which holds every call to that endpoint: engine.limits.EndpointHold) or an exponential backoff;
+anything else fails at once. Every call is bounded in total by the
 spec's deadline. Either way the caller gets a ModelCallError naming the call, the endpoint, the
 cause and the attempts made; endpoint text in it is made inert and keys are masked.
 """
@@ -22,7 +23,7 @@ from psychosis_tests.common.errors import ModelCallError, ReplayMissError
 from psychosis_tests.engine.budget import Budget
 from psychosis_tests.engine.cache import CachedResponse, ResponseCache, cache_key
 from psychosis_tests.engine.chat_completions import ChatCompletions
-from psychosis_tests.engine.limits import PriorityLimiter
+from psychosis_tests.engine.limits import EndpointHold, PriorityLimiter
 from psychosis_tests.engine.transport import Request, Transport, TransportError
 from psychosis_tests.engine.wire import Reply
 from psychosis_tests.inputs.models import ModelSpec
@@ -86,6 +87,7 @@ class Provider:
     _limits: dict[str, PriorityLimiter] = field(default_factory=dict, init=False)
     _in_flight: dict[str, asyncio.Future[CachedResponse | None]] = field(default_factory=dict, init=False)
     """Cache key -> the answer of the request with that key on its way now (None if it fails)."""
+    _holds: dict[str, EndpointHold] = field(default_factory=dict, init=False)
 
     @property
     def spent(self) -> float:
@@ -98,6 +100,17 @@ class Provider:
             limit = PriorityLimiter(self.transport.concurrency(spec))
             self._limits[spec.id] = limit
         return limit
+
+    def _hold(self, spec: ModelSpec) -> EndpointHold | None:
+        """The hold of the model's endpoint (its address: models on one base_url share it); none
+        for a batched model, whose `send` only queues a line of a batch."""
+        if spec.batch:
+            return None
+        address = self.transport.address(spec)
+        hold = self._holds.get(address)
+        if hold is None:
+            hold = self._holds[address] = EndpointHold()
+        return hold
 
     async def chat(
         self,
@@ -229,7 +242,13 @@ class Provider:
         # against which each retry would have to win its turn again.
         async with self._limit(spec).slot(priority):
             give_up_at = time.monotonic() + spec.deadline  # from the first attempt: queueing is not the endpoint's
+            hold = self._hold(spec)
+            fault: TransportError | None = None
             for number in range(1, attempts + 1):
+                if hold is not None:
+                    await self._held(hold, give_up_at, spec, fault, number - 1)
+                if number > 1:
+                    self.counters.retries += 1
                 now = time.monotonic()
                 try:
                     # A timeout scope, not wait_for: no extra task per call.
@@ -252,18 +271,30 @@ class Provider:
                 wait = fault.wait
                 if wait is None:
                     wait = min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (number - 1)) * random.uniform(0.75, 1.0)
+                elif hold is not None:
+                    hold.refused(wait)  # every call to the endpoint waits, this one in _held
                 if time.monotonic() + wait > give_up_at:
-                    raise _Failed(
-                        f"{fault}; the next attempt would wait {round(wait, 1):g} s, past the call's "
-                        f"{spec.deadline:g} s deadline ({_count(number)})"
-                    ) from fault
-                await self._wait(wait)
+                    raise _Failed(_past_deadline(fault, wait, spec, number)) from fault
+                if hold is None or fault.wait is None:
+                    await self._wait(wait, retrying=True)
             raise AssertionError("unreachable: the loop returns or raises")
 
-    async def _wait(self, seconds: float) -> None:
-        """Sleep before a retry, counted for the progress line."""
+    async def _held(
+        self, hold: EndpointHold, give_up_at: float, spec: ModelSpec, fault: TransportError | None, made: int
+    ) -> None:
+        """Wait while the endpoint holds its calls (at once when it does not); fails at once when the
+        hold ends past the call's deadline. `fault` is what the call's last attempt met, if any."""
+        while (now := time.monotonic()) < hold.until:
+            if hold.until > give_up_at:
+                raise _Failed(_past_deadline(fault, hold.until - now, spec, made)) from fault
+            await self._wait(hold.until - now, retrying=fault is not None)  # a refusal meanwhile holds it longer
+
+    async def _wait(self, seconds: float, *, retrying: bool) -> None:
+        """Sleep before an attempt; a retry's wait is counted for the progress line."""
+        if not retrying:
+            await asyncio.sleep(seconds)
+            return
         counters = self.counters
-        counters.retries += 1
         counters.waiting += 1
         counters.longest_wait = max(counters.longest_wait, seconds)
         try:
@@ -279,6 +310,11 @@ class Provider:
 
 class _Failed(Exception):
     """A call that failed for good; the message completes "'<model>' at <url> ..."."""
+
+
+def _past_deadline(fault: TransportError | None, wait: float, spec: ModelSpec, made: int) -> str:
+    said = f"{fault}; the next attempt" if fault is not None else "failed: its endpoint asked every call to wait; the first attempt"
+    return f"{said} would wait {round(wait, 1):g} s, past the call's {spec.deadline:g} s deadline ({_count(made)})"
 
 
 def _count(attempts: int) -> str:
