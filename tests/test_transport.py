@@ -208,6 +208,23 @@ async def test_a_429_holds_every_call_to_its_endpoint_not_only_the_refused_one()
     assert provider.counters.retries == 1
 
 
+
+async def test_a_429_on_a_calls_last_attempt_holds_its_endpoint_too() -> None:
+    transport = SharedLimit()
+    provider = Provider(cache=None, cache_mode="off", transport=transport)
+    last = ModelSpec(id="one", model="m", base_url="http://shared/v1", max_retries=0)
+    other = ModelSpec(id="other", model="m", base_url="http://shared/v1")
+    refused, answered = await asyncio.gather(
+        *(
+            provider.chat(spec, [{"role": "user", "content": said}], role="target", call_label=said, conversation=said)
+            for spec, said in ((last, "a"), (other, "b"))
+        ),
+        return_exceptions=True,
+    )
+    assert isinstance(refused, ModelCallError) and answered.text == "re: b"
+    (_, refused_at), (said, at) = transport.sent
+    assert said == "b" and at >= refused_at + 0.05  # the wait asked for holds the other model as well
+
 def test_an_endpoints_hold_is_its_longest_wait_plus_jitter_never_less() -> None:
     now, draw = [100.0], [0.0]
     hold = EndpointHold(clock=lambda: now[0], jitter=lambda: draw[0])

@@ -264,6 +264,8 @@ class Provider:
                     fault = exc
                 if fault.usage is not None and spec.call_price is not None:
                     self.budget.charge(conversation, cost(fault.usage, spec.call_price))
+                if fault.retryable and fault.wait is not None and hold is not None:
+                    hold.refused(fault.wait)  # every call to the endpoint waits (this one in _held), even after its last attempt
                 if not fault.retryable:
                     raise _Failed(f"{fault} (not retryable, {_count(number)})") from fault
                 if number == attempts:
@@ -271,8 +273,6 @@ class Provider:
                 wait = fault.wait
                 if wait is None:
                     wait = min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (number - 1)) * random.uniform(0.75, 1.0)
-                elif hold is not None:
-                    hold.refused(wait)  # every call to the endpoint waits, this one in _held
                 if time.monotonic() + wait > give_up_at:
                     raise _Failed(_past_deadline(fault, wait, spec, number)) from fault
                 if hold is None or fault.wait is None:
