@@ -42,3 +42,21 @@ def test_the_force_options_help_names_user_turns() -> None:
              for option in action.option_strings if option in ("--force", "--force-baseline")}  # fmt: skip
     assert set(helps) == {"--force", "--force-baseline"}
     assert all("user turns" in text for text in helps.values()), helps
+
+
+def test_every_test_the_docs_name_exists() -> None:
+    """The fault tables and the prose cite tests as proof; a renamed or shortened name (one was
+    quoted as `test_random_429s_and_500s_under_load_...`) points at nothing."""
+    defined = {
+        name
+        for folder in ("tests", "psychosis_tests")
+        for path in (REPO / folder).rglob("*.py")
+        for name in re.findall(r"^\s*(?:async )?def (test_\w+)", path.read_text(encoding="utf-8"), re.MULTILINE)
+    }
+    named = {
+        (path.name, name)
+        for path in DOCS
+        for name, rest in re.findall(r"`(?:tests/\w+\.py::)?(test_\w*)([^`\n]*)`", path.read_text(encoding="utf-8"))
+        if not rest.startswith(".py")  # a file, not a test
+    }
+    assert sorted(named - {(doc, name) for doc, name in named if name in defined}) == []
