@@ -14,7 +14,8 @@ endpoints converted at TOKENS_PER_WORD (English text in common BPE vocabularies)
 its chat format's tokens added (`_prompt_tokens`). The judge and
 the user model read the whole conversation on every call, so their prompt tokens grow with the
 square of the conversation's length. A cascade's escalation judges are counted on its expected
-share of the judged turns (`Plan.escalation`: set on its entry, else measured by its calibration).
+share of the judged turns (`Plan.escalation`: set on its entry, else measured by its newest run or
+its calibration), a judge of the panel at most once a turn (`Plan.judge_shares`).
 """
 
 from __future__ import annotations
