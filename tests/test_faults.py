@@ -295,12 +295,22 @@ class _SignalWhileCollecting:
         os.kill(os.getpid(), self.signum)
 
 
+def _int_handler() -> signal.Handlers | int | None:
+    """Let SIGINT raise KeyboardInterrupt, as Ctrl-C in a terminal does: a process started in the
+    background by a script (a CI runner's job) inherits SIGINT ignored. Returns the handler it had."""
+    return signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_run_interrupted_while_collecting_records_no_case(benchmark_runner: BenchmarkRunner, signum: signal.Signals) -> None:
     """pytest still reports the collection finished, with every case collected and none deselected:
     results.json held all 32 as "not run" where -k selected 2. Nothing was selected, so nothing is recorded."""
     args = benchmark_runner.args("--model", "reference/guardian", "-k", "conduit and not control")
-    result = benchmark_runner.pytester.runpytest(*args, plugins=[_SignalWhileCollecting(signum)], no_reraise_ctrlc=True)
+    before = _int_handler()
+    try:
+        result = benchmark_runner.pytester.runpytest(*args, plugins=[_SignalWhileCollecting(signum)], no_reraise_ctrlc=True)
+    finally:
+        signal.signal(signal.SIGINT, before)
     assert result.ret == pytest.ExitCode.INTERRUPTED
     assert not list(benchmark_runner.report_dir.glob("*/results.json"))
     assert any(line.startswith(STOPPED_BEFORE_SELECTION) for line in result.outlines), result.outlines[-10:]
@@ -316,6 +326,7 @@ def test_a_run_whose_xdist_workers_are_interrupted_while_collecting_records_no_c
         @pytest.hookimpl(tryfirst=True)
         def pytest_collection_modifyitems(config):
             if hasattr(config, "workerinput"):
+                signal.signal(signal.SIGINT, signal.default_int_handler)  # a background job inherits SIGINT ignored
                 os.kill(os.getpid(), signal.SIGINT)
         """
     )
