@@ -163,6 +163,25 @@ async def test_a_claim_whose_process_stopped_is_taken_over_at_once(tmp_path: Pat
     calling.cancel()
 
 
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+async def test_a_claim_of_a_killed_process_not_yet_reaped_is_taken_over_at_once(tmp_path: Path) -> None:
+    """A process killed whose parent has not waited for it (a zombie: its id still answers signal 0),
+    as under a container's first process that reaps no orphans; it was waited for its deadline."""
+    path = tmp_path / "c.sqlite3"
+    killed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        killed.kill()
+        stat = Path(f"/proc/{killed.pid}/stat")
+        while stat.read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            await asyncio.sleep(0.01)
+        before, now = ResponseCache(path), ResponseCache(path)
+        before.pid = killed.pid
+        assert before.claim("k", 60)
+        assert not now.claimed("k") and now.claim("k", 60)
+    finally:
+        killed.wait()
+
+
 async def test_a_claim_with_this_process_id_is_a_stopped_process_and_taken_over(tmp_path: Path) -> None:
     path = tmp_path / "c.sqlite3"
     before, now = ResponseCache(path), ResponseCache(path)  # a container's run killed, then one started afresh

@@ -262,7 +262,7 @@ class ResponseCache:
             return False
         except PermissionError:  # another user's process
             pass
-        return True
+        return not _zombie(holder.pid)
 
     def __len__(self) -> int:
         with self._lock:
@@ -271,3 +271,13 @@ class ResponseCache:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def _zombie(pid: int) -> bool:
+    """Whether the process has stopped but not yet been waited for by its parent (killed under a
+    parent that reaps no orphans, a container's first process say): signal 0 still finds it."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # no /proc (not Linux), or the process is gone meanwhile
+        return False
+    return stat.rsplit(")", 1)[-1].split()[:1] in (["Z"], ["X"])
