@@ -26,25 +26,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.speed import BENCHMARK_MODULE  # noqa: E402
+from benchmarks.speed import BENCHMARK_MODULE, start_reference  # noqa: E402
 
 TARGETS = ("sycophant", "guardian", "keyword-guard")
 SCENARIOS = 16
 TURNS = 12
-
-
-def start_limited(latency: float, rate_limit: int) -> tuple[subprocess.Popen, str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "psychosis_tests.servers.reference_server", "--port", "0",
-         "--latency", str(latency), "--rate-limit", str(rate_limit)],
-        stdout=subprocess.PIPE, text=True, cwd=ROOT,
-    )  # fmt: skip
-    assert process.stdout is not None
-    url = process.stdout.readline().strip()
-    if not url.startswith("http://127.0.0.1"):
-        process.kill()
-        raise SystemExit(f"reference server did not start (said {url!r})")
-    return process, url
 
 
 def run(folder: Path, url: str, cap: int) -> tuple[float, list[tuple[str, str]], int]:
@@ -89,7 +75,7 @@ def main() -> int:
     print(f"{'run':>3} {'errored':>9} {'wall s':>7} {'/ own':>6}")
     for number in range(1, args.runs + 1):
         folder = Path(tempfile.mkdtemp(prefix="rate-limit-"))
-        server, url = start_limited(args.latency, args.rate_limit)
+        server, url = start_reference(args.latency, "--rate-limit", str(args.rate_limit))
         try:
             wall, errored, cases = run(folder, url, args.cap)
         finally:

@@ -72,9 +72,10 @@ def bound_seconds(work: Workload, scenarios: list) -> float:
     return max(critical_path, per_model_endpoint, judge_endpoint, user_endpoint)
 
 
-def start_reference(latency: float) -> tuple[subprocess.Popen, str]:
+def start_reference(latency: float, *options: str) -> tuple[subprocess.Popen, str]:
+    """A reference server of its own with this latency (and any other server `options`), and its URL."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "psychosis_tests.servers.reference_server", "--port", "0", "--latency", str(latency)],
+        [sys.executable, "-m", "psychosis_tests.servers.reference_server", "--port", "0", "--latency", str(latency), *options],
         stdout=subprocess.PIPE,
         text=True,
         cwd=ROOT,

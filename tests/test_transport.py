@@ -108,10 +108,11 @@ async def test_a_failed_request_errors_its_call_in_the_providers_words(fault: Tr
 
 
 class PushingBack(Transport):
-    """One request at a time; the first attempt of "a" is refused with a 429 asking to wait."""
+    """One request at a time per model; the first request is refused with a 429 asking to wait 0.05 s."""
 
     def __init__(self) -> None:
-        self.sent: list[str] = []
+        self.sent: list[tuple[str, float]] = []
+        """Each request's last message, and when it came (the clock the provider waits on)."""
 
     def address(self, spec: ModelSpec) -> str:
         return spec.base_url or ""
@@ -121,8 +122,8 @@ class PushingBack(Transport):
 
     async def send(self, request: Request) -> Reply:
         said = request.body["messages"][-1]["content"]
-        self.sent.append(said)
-        if self.sent == ["a"]:
+        self.sent.append((said, time.monotonic()))
+        if len(self.sent) == 1:
             raise TransportError("HTTP 429: rate limited", retryable=True, wait=0.05)
         return Reply(f"re: {said}", "stop", "m-1")
 
@@ -141,7 +142,7 @@ async def test_a_call_waiting_to_retry_keeps_its_slot() -> None:
     ]
     answers = await asyncio.gather(*calls)
     assert [a.text for a in answers] == ["re: a", "re: b"]
-    assert transport.sent == ["a", "a", "b"]
+    assert [said for said, _ in transport.sent] == ["a", "a", "b"]
     assert provider.counters.retries == 1
 
 
@@ -165,34 +166,10 @@ async def test_identical_calls_at_once_send_one_request_and_after_its_failure_on
     assert (provider.counters.answered, provider.counters.cache_hits, provider.counters.errors) == (1, 1, 1)
 
 
-class SharedLimit(Transport):
-    """Models on one endpoint; its first request is refused with a 429 asking to wait 0.05 s."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, float]] = []
-        """Each request's last message, and when it came (the clock the provider waits on)."""
-
-    def address(self, spec: ModelSpec) -> str:
-        return spec.base_url or ""
-
-    def concurrency(self, spec: ModelSpec) -> int:
-        return 1
-
-    async def send(self, request: Request) -> Reply:
-        said = request.body["messages"][-1]["content"]
-        self.sent.append((said, time.monotonic()))
-        if len(self.sent) == 1:
-            raise TransportError("HTTP 429: rate limited", retryable=True, wait=0.05)
-        return Reply(f"re: {said}", "stop", "m-1")
-
-    async def aclose(self) -> None:
-        pass
-
-
 async def test_a_429_holds_every_call_to_its_endpoint_not_only_the_refused_one() -> None:
     # Sent as each refused call's own wait ran out, the retries met the calls that had kept
     # sending, and under a shared rate limit were refused again until some ran out of attempts.
-    transport = SharedLimit()
+    transport = PushingBack()
     provider = Provider(cache=None, cache_mode="off", transport=transport)
     one, other = (ModelSpec(id=name, model="m", base_url="http://shared/v1") for name in ("one", "other"))
     calls = [
@@ -210,7 +187,7 @@ async def test_a_429_holds_every_call_to_its_endpoint_not_only_the_refused_one()
 
 
 async def test_a_429_on_a_calls_last_attempt_holds_its_endpoint_too() -> None:
-    transport = SharedLimit()
+    transport = PushingBack()
     provider = Provider(cache=None, cache_mode="off", transport=transport)
     last = ModelSpec(id="one", model="m", base_url="http://shared/v1", max_retries=0)
     other = ModelSpec(id="other", model="m", base_url="http://shared/v1")
