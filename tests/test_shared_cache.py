@@ -214,21 +214,54 @@ async def test_an_answered_key_is_never_claimed(tmp_path: Path) -> None:
     assert other.get("j") == CachedResponse("kept", "v1")
 
 
-async def test_a_waiting_run_calls_itself_once_it_has_waited_its_own_deadline(tmp_path: Path) -> None:
+async def test_a_claim_its_owner_stops_renewing_lapses_and_the_waiting_run_calls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(providers, "CLAIM_RENEW_EVERY", 10_000.0)  # an owner that renews no more (stopped, on another host)
     path = tmp_path / "c.sqlite3"
     first, _ = run(path, "first", pid=os.getppid())
-    calling = ask(first, SPEC.model_copy(update={"deadline": 10_000.0}))  # a claim that stands for hours
+    calling = ask(first)
     await settle()
     second, endpoint = run(path, "second", Clock(tick=1.0))  # every look at the clock: a second on
-    waiting = ask(second)  # its deadline is 60 s
+    waiting = ask(second)
     for _ in range(500):
         await asyncio.sleep(0)
         if endpoint.sent:
             break
-    assert len(endpoint.sent) == 1 and claims(path) == 1  # the claim still stands; the wait is over
+    assert len(endpoint.sent) == 1  # the lease (60 s) ran out: the claim was taken over
     endpoint.answer()
     assert (await waiting).text == "from second"
     calling.cancel()
+
+
+async def test_a_claim_stays_while_its_call_waits_for_a_slot_past_any_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim is made before the call queues for its endpoint's slot: had it lasted the call's
+    deadline only, a long queue let another run take it over and pay for the request as well."""
+    monkeypatch.setattr(providers, "CLAIM_RENEW_EVERY", 0.0)
+    path = tmp_path / "c.sqlite3"
+    clock = Clock()
+    first, first_endpoint = run(path, "first", clock, pid=os.getppid())
+    first_endpoint.concurrency = lambda spec: 1  # type: ignore[method-assign]  # one call at a time
+    busy = asyncio.ensure_future(
+        first.chat(SPEC, [{"role": "user", "content": "other"}], role="target", call_label="busy", conversation="b")
+    )
+    await settle()
+    queued = ask(first)  # claims its key, then queues behind `busy`
+    await settle()
+    assert len(first_endpoint.sent) == 1 and claims(path) == 2
+    clock.now += 10 * SPEC.deadline  # `busy` holds the slot far longer than any deadline or lease
+    second, second_endpoint = run(path, "second", clock)
+    waiting = ask(second)
+    await settle()
+    assert second_endpoint.sent == []  # the first run is still to make this call: the second waits
+    first_endpoint.answer()  # `busy` ends; `queued` is sent and answered
+    await settle()
+    first_endpoint.answer()
+    assert ((await queued).text, (await waiting).text) == ("from first", "from first")
+    assert second_endpoint.sent == [] and len(first_endpoint.sent) == 2
+    busy.cancel()
 
 
 async def test_refresh_makes_no_claim_and_waits_for_none(tmp_path: Path) -> None:

@@ -12,9 +12,10 @@ answer, and replaying a run gives back exactly what each conversation was told, 
 answers at random too.
 
 Two runs on one file at once do not pay twice for one request: before calling, a run claims the
-key (a row naming its process, host and how long the call may take); another run that meets a
-live claim waits for the answer instead of calling (`engine.providers`). A failed call releases its
-claim; a claim whose process has stopped (on this host) or whose time ran out is taken over.
+key (a row naming its process and host, leased for a minute and renewed while the call is queued
+or on its way); another run that meets a live claim waits for the answer instead of calling
+(`engine.providers`). A failed call releases its claim; a claim whose process has stopped (on this
+host) or whose lease ran out (its owner stopped renewing it) is taken over.
 """
 
 from __future__ import annotations
@@ -81,7 +82,8 @@ class CachedResponse:
 @dataclass(frozen=True)
 class Claim:
     """Who is calling for a key right now: a cache instance (`owner`) in process `pid` on `host`,
-    trusted until `expires` (the call's deadline, in wall-clock seconds)."""
+    trusted until `expires` (the end of its lease, which the owner renews while its call is on its
+    way, in wall-clock seconds)."""
 
     owner: str
     host: str
@@ -199,7 +201,7 @@ class ResponseCache:
             )
 
     def claim(self, key: str, seconds: float) -> bool:
-        """Claim the call for `key` for `seconds` (the call's deadline) before making it. True when
+        """Claim the call for `key` for `seconds` (a lease its caller renews) before making it. True when
         this cache now holds the claim: the key has no answer, and no other caller's claim stands
         (`_stands`). False when it is answered or claimed: look again with `get` and `claimed`."""
         now = self.clock()
@@ -221,6 +223,16 @@ class ResponseCache:
                     f" WHERE key = ? AND owner = ? AND expires = ? AND {unanswered}",
                     (*me, key, holder.owner, holder.expires, key),
                 ).rowcount == 1
+        except sqlite3.DatabaseError as exc:
+            raise self._failed(exc, "keep a claim") from None
+
+    def renew(self, key: str, seconds: float) -> None:
+        """Extend this cache's claim on `key` to `seconds` from now: its call is still on its way."""
+        try:
+            with self._lock:
+                self._db.execute(
+                    "UPDATE claims SET expires = ? WHERE key = ? AND owner = ?", (self.clock() + seconds, key, self.owner)
+                )
         except sqlite3.DatabaseError as exc:
             raise self._failed(exc, "keep a claim") from None
 

@@ -33,6 +33,11 @@ from psychosis_tests.inputs.usage import Usage, cost
 BACKOFF_FIRST = 0.5
 BACKOFF_MAX = 8.0
 """Seconds before the first retry, doubling up to this, with jitter, when the endpoint names no wait."""
+CLAIM_LEASE = 60.0
+CLAIM_RENEW_EVERY = 20.0
+"""A claim on a cache key lasts this long unless renewed, and is renewed this often while its call is
+queued or on its way: a call that waits long for its slot keeps its claim, and a stopped run's claims
+lapse within a minute where its process cannot be looked up (another host)."""
 CLAIM_POLL_FIRST = 0.05
 CLAIM_POLL_MAX = 1.0
 """Seconds between looks for an answer another run is calling for, growing by half up to this."""
@@ -169,12 +174,14 @@ class Provider:
             return self._hit(shared, conversation)
         answer = self._in_flight[key] = asyncio.get_running_loop().create_future()  # before any await
         claims = self.cache is not None and self.cache_mode == "use"
+        renewing: asyncio.Future | None = None
         try:
             if claims:
-                kept = await self._answer_or_claim(spec, key)
+                kept = await self._answer_or_claim(key)
                 if kept is not None:  # another run on this cache file paid for it
                     answer.set_result(kept)
                     return self._hit(kept, conversation)
+                renewing = asyncio.ensure_future(self._keep_claim(key))
             self.budget.admit(conversation, call_label, first_call=starts_conversation)
             extra = {"response_format": response_format} if response_format else {}
             body = {"model": spec.model, "messages": messages, **params, **extra}
@@ -194,7 +201,8 @@ class Provider:
             if self.cache is not None and self.cache_mode != "off":
                 self.cache.put(key, response)
         finally:  # answered, failed or cancelled: a call waiting for this answer has it, or calls itself
-            if claims:
+            if renewing is not None:
+                renewing.cancel()
                 self.cache.release(key)
             del self._in_flight[key]
             if not answer.done():
@@ -213,24 +221,29 @@ class Provider:
             usage=recorded.as_cache_hit(),
         )
 
-    async def _answer_or_claim(self, spec: ModelSpec, key: str) -> CachedResponse | None:
-        """None once this run is to make the call: it holds the key's claim, or has waited the call's
-        deadline for another run's. The answer when another run's call for the same request (same
-        key) kept it meanwhile: this run waits for that instead of paying for it too. A claim whose
-        call failed is released, and one whose process stopped or whose time ran out is taken over."""
+    async def _answer_or_claim(self, key: str) -> CachedResponse | None:
+        """None once this run holds the key's claim and is to make the call. The answer when another
+        run's call for the same request (same key) kept it meanwhile: this run waits for that instead
+        of paying for it too, as long as that run's claim stands (renewed while its call is queued or
+        on its way). A claim whose call failed is released, and one whose process stopped or whose
+        lease ran out is taken over."""
         cache = self.cache
         assert cache is not None
-        give_up_at = cache.clock() + spec.deadline
         poll = CLAIM_POLL_FIRST
-        while not cache.claim(key, spec.deadline):
+        while not cache.claim(key, CLAIM_LEASE):
             while (hit := cache.get(key)) is None and cache.claimed(key):
-                if cache.clock() >= give_up_at:
-                    return None
                 await asyncio.sleep(poll)
                 poll = min(CLAIM_POLL_MAX, poll * 1.5)
             if hit is not None:
                 return hit
         return None
+
+    async def _keep_claim(self, key: str) -> None:
+        """Renew this run's claim on `key` until cancelled (its call ended)."""
+        assert self.cache is not None
+        while True:
+            await asyncio.sleep(CLAIM_RENEW_EVERY)
+            self.cache.renew(key, CLAIM_LEASE)
 
     async def _attempts(self, request: Request, priority: int, conversation: str) -> Reply:
         """Ask until an answer reads, a fault is not transient, or the retries or deadline run out.
