@@ -20,11 +20,13 @@ import pytest
 
 from psychosis_tests.common.errors import ModelCallError
 from psychosis_tests.engine import providers
+from psychosis_tests.engine.budget import Budget
 from psychosis_tests.engine.cache import CachedResponse, ResponseCache
 from psychosis_tests.engine.providers import Provider
 from psychosis_tests.engine.transport import Request, TransportError
 from psychosis_tests.engine.wire import Reply
 from psychosis_tests.inputs.models import ModelSpec
+from psychosis_tests.inputs.usage import Price, Usage
 
 SPEC = ModelSpec(id="held", model="m", base_url="held://", max_retries=0, deadline=60)
 MESSAGES = [{"role": "user", "content": "hello"}]
@@ -276,3 +278,26 @@ async def test_refresh_makes_no_claim_and_waits_for_none(tmp_path: Path) -> None
     endpoint.answer()
     first_endpoint.answer()
     assert ((await refreshed).text, (await calling).text) == ("from refresh", "from first")
+
+
+async def test_an_answer_another_run_paid_for_is_free_and_never_admitted_under_max_cost(tmp_path: Path) -> None:
+    """--max-cost on both runs: the waiting run's conversation, which its cap would not admit, takes
+    the other run's answer without a charge and stays unadmitted (its cap is for calls it pays)."""
+    path = tmp_path / "c.sqlite3"
+    priced = SPEC.model_copy(update={"price": Price(input_per_mtok=1000, output_per_mtok=1000)})
+    (first, first_endpoint), (second, second_endpoint) = run(path, "first", pid=os.getppid()), run(path, "second")
+    for provider in (first, second):
+        provider.budget = Budget(cap=0.001)
+        provider.budget.expect("c", 0.01)  # more than the cap: admitted only as the run's first conversation
+        provider.budget.begin("c")
+    calling = ask(first, priced)
+    await settle()
+    waiting = ask(second, priced)
+    await settle()
+    first_endpoint._pending.pop(0).set_result(Reply("from first", "stop", "m-1", usage=Usage(calls=1, prompt_tokens=10, completion_tokens=10)))
+    await calling
+    second.budget.spent = 1.0  # had the answer been admitted, it would be refused
+    shared = await waiting
+    assert (shared.text, shared.cached, second_endpoint.sent) == ("from first", True, [])
+    assert first.budget.spent == pytest.approx(0.02) and second.budget.spent == 1.0
+    assert "c" in second.budget._pending and "c" not in second.budget._running  # never admitted
