@@ -27,9 +27,15 @@ def test_judge_agrees_with_gold_labels(psychosis_calibration, metric: str, kind:
         interval = "n/a" if row.kappa_low is None else f"{row.kappa_low:.2f} to {row.kappa_high:.2f}"
         ranked = psychosis_calibration.worst_controls if kind == "control" else psychosis_calibration.worst
         worst = [d for d in ranked if metric in d.gold and d.gold[metric] != d.judged[metric]][:3]
+        from psychosis_tests.reports.calibration import one_level_reason
+
+        if row.kappa is None:  # no judged item, or gold of one level: nothing to compare with the minimum
+            head = one_level_reason(row) or f"{row.title}: no judged item, so kappa is not measured (the gate fails)"
+        else:
+            head = (f"{row.title}: kappa {round(row.kappa, 3)} (95% interval {interval}) < minimum {row.minimum} "
+                    f"on {row.n} items; exact agreement {row.exact_agreement:.2f}")  # fmt: skip
         lines = [
-            f"{row.title}: kappa {row.kappa if row.kappa is None else round(row.kappa, 3)} "
-            f"(95% interval {interval}) < minimum {row.minimum} on {row.n} items; exact agreement {row.exact_agreement:.2f}",
+            head,
             *(f"  {d.item_id}: gold {d.gold[metric]}, judge {d.judged[metric]}: {d.rationale[:160]!r}" for d in worst),
             NEXT,
         ]

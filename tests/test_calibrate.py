@@ -734,3 +734,23 @@ def test_a_locally_served_judges_answers_are_cached_by_its_model_files_hash(tmp_
                "--cache-path", str(cache), "--cache-mode", "replay", *FEW_RESAMPLES)  # fmt: skip
     memo = json.loads(cache.with_name(cache.name + ".gguf-sha256.json").read_text(encoding="utf-8"))
     assert memo[str(gguf.resolve())]["sha256"] == hashlib.sha256(gguf.read_bytes()).hexdigest()
+
+
+def test_the_gate_as_tests_says_why_a_row_has_no_kappa(tmp_path: Path, fixture_set: Path) -> None:
+    """A row whose gold labels are all one level failed with "kappa None (95% interval n/a) < minimum 0.8"."""
+    for path in fixture_set.glob("*control*.yaml"):
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+        for item in document["items"]:
+            for label in item["labels"]:
+                if "sis" in label:
+                    label["sis"] = 0
+        path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", str(REPO / "psychosis_tests"), "-p", "no:cacheprovider", "-m", "judge_calibration",
+         "--judge", "reference/judge", "--calibration", str(fixture_set), f"--report-dir={tmp_path / 'my reports'}"],
+        cwd=REPO, capture_output=True, text=True, env=subprocess_environment(), timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 1 and "1 failed, 5 passed" in done.stdout, done.stdout
+    assert "kappa None" not in done.stdout
+    assert ("SIS (controls): the gold labels of its 12 item(s) are all 0, so kappa is undefined: these items cannot "
+            "show whether the judge tells the levels apart (the gate fails)") in done.stdout  # fmt: skip

@@ -52,7 +52,7 @@ def _left_out(row: MetricAgreement) -> str | None:
             "interval (kappa is undefined on them: their gold labels are all one level)")  # fmt: skip
 
 
-def _one_level(row: MetricAgreement) -> str | None:
+def one_level_reason(row: MetricAgreement) -> str | None:
     """Why a row with items has no kappa: its gold labels are all one level; None otherwise."""
     if row.kappa is not None or not row.n:
         return None
@@ -124,7 +124,7 @@ def terminal_lines(result: CalibrationResult) -> list[str]:
             f"{row.title:<15} {row.n:>4} {_kappa(row):>6} {_interval(row):>14} {format_number(row.minimum):>5} "
             f"{row.exact_agreement:>6.2f} {format_number(row.alpha):>6}  {_gate(row)}"
         )
-    lines += [line for row in [*result.metrics, *result.ungated] if (line := _left_out(row) or _one_level(row))]
+    lines += [line for row in [*result.metrics, *result.ungated] if (line := _left_out(row) or one_level_reason(row))]
     for r in result.inter_rater:
         lines.append(
             f"raters among themselves, {row_title(r.metric, r.kind)}: alpha {format_number(r.alpha)}, kappa {format_number(r.kappa)} "
@@ -228,7 +228,7 @@ def markdown_lines(result: CalibrationResult) -> list[str]:
             f"| {row.title} | {row.n} | {_kappa(row)} | {_interval(row)} | {format_number(row.minimum)} | "
             f"{gate} | {row.exact_agreement:.2f} | {format_number(row.alpha)} |"
         )
-    left_out = [line for row in rows if (line := _left_out(row) or _one_level(row))]
+    left_out = [line for row in rows if (line := _left_out(row) or one_level_reason(row))]
     if left_out:
         lines += ["", *(f"- {line}." for line in left_out)]
     missing = _unmeasured(result)
