@@ -72,9 +72,7 @@ def shipped_fitting(items: list[JudgeItem], train: list[int], test: list[int]) -
         y = np.array([items[train[n]].gold()[metric] for n in fit_rows])
         model = training.fit_metric(vectoriser, x_train[fit_rows], y, metric,
                                     training.sample_weights([items[train[n]] for n in fit_rows]), team[fit_rows])  # fmt: skip
-        weights = np.hstack([model.weights, model.team, model.real]).astype(np.float64)
-        scores = np.asarray(training.with_origins(x_test[test_rows], p_team[test_rows]) @ weights.T) + model.bias
-        probabilities = model.from_scores(scores)
+        probabilities = training.level_probabilities(model, x_test[test_rows], p_team[test_rows])
         if tuple(model.levels) != (0, 1, 2):
             stop(f"{metric.upper()}: the training groups lack a level ({list(model.levels)}); use fewer groups")
         scored[metric] = {items[test[n]].id: row for n, row in zip(test_rows, probabilities, strict=True)}

@@ -174,12 +174,17 @@ def router_shares(router: OriginRouter, x: csr_matrix) -> np.ndarray:
     return logistic(scores)
 
 
-def predict(model: MetricModel, x: csr_matrix, p_team: np.ndarray) -> tuple[list[int], list[float]]:
-    """The most probable level of each row, as the judge picks it (each row read as team-written
-    with its share in `p_team`), and that level's probability."""
+def level_probabilities(model: MetricModel, x: csr_matrix, p_team: np.ndarray) -> np.ndarray:
+    """One row per row of `x`, one column per level of `model.levels` (each row read as team-written
+    with its share in `p_team`)."""
     weights = np.hstack([model.weights, model.team, model.real]).astype(np.float64)
     scores = np.asarray(with_origins(x, p_team) @ weights.T) + model.bias.astype(np.float64)
-    probabilities = model.from_scores(scores)
+    return model.from_scores(scores)
+
+
+def predict(model: MetricModel, x: csr_matrix, p_team: np.ndarray) -> tuple[list[int], list[float]]:
+    """The most probable level of each row, as the judge picks it, and that level's probability."""
+    probabilities = level_probabilities(model, x, p_team)
     chosen = probabilities.argmax(axis=1)
     return [model.levels[i] for i in chosen], probabilities[np.arange(len(chosen)), chosen].tolist()
 
