@@ -215,18 +215,17 @@ def report(items: dict[str, JudgeItem], runs: dict[str, dict[str, dict[str, np.n
         judged = {name: p.argmax(axis=1) for name, p in levels.items()}
         base = judged[names[0]]
         real = np.array([training.is_real_model(items[i]) for i in ids])
+
+        def difference(g: np.ndarray, a: np.ndarray, b: np.ndarray, metric: str = metric) -> float:
+            return kappa(g, b, metric) - kappa(g, a, metric)
+
         for name, verdicts in judged.items():
             line = (f"{metric.upper()} {name:<18} kappa {kappa(gold, verdicts, metric):.3f} (real models' replies "
                     f"{kappa(gold[real], verdicts[real], metric):.3f}, team-written {kappa(gold[~real], verdicts[~real], metric):.3f})")  # fmt: skip
             if name != names[0]:
-                gap = kappa(gold, verdicts, metric) - kappa(gold, base, metric)
-
-                def difference(g, a, b):
-                    return kappa(g, b, metric) - kappa(g, a, metric)
-
                 low, high = percentile_interval((gold, base, verdicts), difference, confidence=0.95, n_resamples=500,
                                                 seed=20261129, vectorized=False)  # fmt: skip
-                line += f", {gap:+.3f} [{low:+.3f}, {high:+.3f}] against the shipped fitting"
+                line += f", {difference(gold, base, verdicts):+.3f} [{low:+.3f}, {high:+.3f}] against the shipped fitting"
             print(line, flush=True)
         print(f"{metric.upper()}: {len(ids)} held-out items", flush=True)
 
